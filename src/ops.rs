@@ -1,0 +1,65 @@
+//! The fused op on Burn tensors: checks shapes once, then dispatches to the backend.
+
+use burn::tensor::Tensor;
+
+use crate::backend::{FusedRnnBackend, RnnInputs};
+use crate::descriptor::RnnDescriptor;
+use crate::reference::{float, prim};
+
+/// Result of [`fused_rnn`]: output sequence and final states.
+#[derive(Debug, Clone)]
+pub struct FusedRnnOutput<B: FusedRnnBackend> {
+    /// `[B, T, D*P]` (batch-first) or `[T, B, D*P]`; zero past each sequence's length.
+    pub output: Tensor<B, 3>,
+    /// Final hidden state `[L*D, B, P]`.
+    pub hidden: Tensor<B, 3>,
+    /// Final cell state `[L*D, B, H]` (LSTM only).
+    pub cell: Option<Tensor<B, 3>>,
+}
+
+/// Runs the fused RNN op: every layer and direction in one call.
+///
+/// Most users want [`FusedRnn`](crate::FusedRnn), which owns the weights; this is the
+/// functional form over a flat canonical weight vector (Note [RNN weight layout] in
+/// [`crate::layout`]).
+///
+/// # Arguments
+///
+/// - `desc`: the call's parameters.
+/// - `input`: `[batch_size, seq_length, d_input]` if `desc.batch_first`, else
+///   `[seq_length, batch_size, d_input]`.
+/// - `h0`: initial hidden state `[L*D, batch_size, P]`, zeros when `None`.
+/// - `c0`: initial cell state `[L*D, batch_size, H]` (LSTM only), zeros when `None`.
+/// - `weights`: flat canonical weights `[params_size]`.
+///
+/// # Panics
+///
+/// With "expected …, got …" naming the argument when a shape does not fit `desc`.
+pub fn fused_rnn<B: FusedRnnBackend>(
+    desc: &RnnDescriptor,
+    input: Tensor<B, 3>,
+    h0: Option<Tensor<B, 3>>,
+    c0: Option<Tensor<B, 3>>,
+    weights: Tensor<B, 1>,
+) -> FusedRnnOutput<B> {
+    desc.check_inputs(
+        &input.dims(),
+        h0.as_ref().map(|h| h.dims()).as_ref().map(|d| &d[..]),
+        c0.as_ref().map(|c| c.dims()).as_ref().map(|d| &d[..]),
+        &weights.dims(),
+    );
+    let out = B::fused_rnn_forward(
+        desc,
+        RnnInputs {
+            x: prim(input),
+            h0: h0.map(prim),
+            c0: c0.map(prim),
+            weights: prim(weights),
+        },
+    );
+    FusedRnnOutput {
+        output: float(out.y),
+        hidden: float(out.h_n),
+        cell: out.c_n.map(float),
+    }
+}

@@ -1,0 +1,442 @@
+//! The reference implementation: Burn tensor ops, the same math as cuDNN, on any backend.
+//!
+//! Cost per layer and direction: one GEMM for the input projection of all time steps, then
+//! one recurrent GEMM and a few element-wise ops per step; step outputs are gathered in a
+//! list and stacked once (no `slice_assign` in the time loop).
+//!
+//! # Note [Variable lengths]
+//!
+//! Sequence `b` is valid for steps `t < len[b]`. At an invalid step the state is held and
+//! the output is zero, so: the forward direction's final state is the state after step
+//! `len[b] - 1`; the reverse direction scans `t = T-1 .. 0` and holds its initial state until
+//! `t = len[b] - 1`, so it starts at each sequence's own last step; a length of 0 gives zero
+//! outputs and final states equal to the initial states.
+//!
+//! # Note [Reserve layout]
+//!
+//! The training forward returns, as [`RnnReserve::tensors`], in this order, for each layer
+//! `l`:
+//! - if `l > 0`: the layer's input after dropout, `[T, B, D*P]`;
+//! - if `l > 0` and dropout is on: the scaled keep mask, `[T, B, D*P]` (0 or `1/(1-p)`);
+//! - for each direction: the state entering each step `h_prev` `[T, B, P]`, then
+//!   - LSTM: `c_prev` `[T, B, H]`, activated gates `[T, B, 4H]`, `tanh(c')` `[T, B, H]`;
+//!   - GRU: activated gates `[T, B, 3H]`, `R_n h + b_Rn` `[T, B, H]`;
+//!   - RNN: the step's output `h'` `[T, B, H]`.
+//!
+//! All are in time order (`t`, not processing order) and sequence-major. [`reserve_shapes`]
+//! computes these shapes from the descriptor alone.
+
+mod backward;
+mod cell;
+mod dropout;
+
+pub(crate) use backward::backward;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
+
+use crate::backend::{RnnInputs, RnnOutput, RnnReserve};
+use crate::config::{RnnMode, RnnSpec};
+use crate::descriptor::RnnDescriptor;
+use crate::layout::{ParamKind, RnnLayout};
+use cell::{CellWeights, Saved, State};
+
+pub(crate) fn float<B: Backend, const D: usize>(t: B::FloatTensorPrimitive) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+pub(crate) fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> B::FloatTensorPrimitive {
+    t.into_primitive().tensor()
+}
+
+/// Inference forward (the default body of `fused_rnn_forward`).
+pub(crate) fn forward<B: Backend>(desc: &RnnDescriptor, inputs: RnnInputs<B>) -> RnnOutput<B> {
+    run::<B>(desc, inputs, false).0
+}
+
+/// Training forward (the default body of `fused_rnn_forward_training`).
+pub(crate) fn forward_training<B: Backend>(
+    desc: &RnnDescriptor,
+    inputs: RnnInputs<B>,
+) -> (RnnOutput<B>, RnnReserve<B>) {
+    let (out, reserve) = run::<B>(desc, inputs, true);
+    (out, RnnReserve { tensors: reserve })
+}
+
+/// Shapes of the reserve's tensors (Note [Reserve layout]).
+pub fn reserve_shapes(desc: &RnnDescriptor) -> Vec<[usize; 3]> {
+    let spec = &desc.spec;
+    let (t, b, h, p) = (
+        desc.seq_length,
+        desc.batch_size,
+        spec.d_hidden,
+        spec.d_state(),
+    );
+    let mut shapes = Vec::new();
+    for layer in 0..spec.num_layers {
+        if layer > 0 {
+            shapes.push([t, b, spec.output_size()]);
+            if desc.dropout.probability > 0.0 {
+                shapes.push([t, b, spec.output_size()]);
+            }
+        }
+        for _ in 0..spec.num_directions() {
+            shapes.push([t, b, p]);
+            match spec.mode {
+                RnnMode::Lstm => shapes.extend([[t, b, h], [t, b, 4 * h], [t, b, h]]),
+                RnnMode::Gru => shapes.extend([[t, b, 3 * h], [t, b, h]]),
+                RnnMode::RnnTanh | RnnMode::RnnRelu => shapes.push([t, b, h]),
+            }
+        }
+    }
+    shapes
+}
+
+/// Slices one canonical tensor out of the flat weights.
+pub(crate) fn weight<B: Backend, const D: usize>(
+    flat: &Tensor<B, 1>,
+    layout: &RnnLayout,
+    layer: usize,
+    direction: usize,
+    kind: ParamKind,
+) -> Option<Tensor<B, D>> {
+    layout.entry(layer, direction, kind).map(|e| {
+        let shape: [usize; D] = e.shape.clone().try_into().expect("entry rank");
+        flat.clone().narrow(0, e.offset, e.len()).reshape(shape)
+    })
+}
+
+/// Per-row factor of the gate blocks: ½ for sigmoid gates, 1 otherwise
+/// (Note [Sigmoid through tanh] in `cell`).
+pub(crate) fn gate_scale(mode: RnnMode) -> &'static [f64] {
+    match mode {
+        RnnMode::Lstm => &[0.5, 0.5, 1.0, 0.5],
+        RnnMode::Gru => &[0.5, 0.5, 1.0],
+        RnnMode::RnnTanh | RnnMode::RnnRelu => &[1.0],
+    }
+}
+
+fn cell_weights<B: Backend>(
+    flat: &Tensor<B, 1>,
+    layout: &RnnLayout,
+    layer: usize,
+    direction: usize,
+) -> CellWeights<B> {
+    let spec = layout.spec();
+    let w = |kind| weight::<B, 2>(flat, layout, layer, direction, kind);
+    let b = |kind| weight::<B, 1>(flat, layout, layer, direction, kind);
+    let w_hh = w(ParamKind::WeightHh).expect("every pseudo-layer has W_hh");
+    let w_ih = w(ParamKind::WeightIh);
+    let w_hr = w(ParamKind::WeightHr);
+    let (b_ih, b_hh) = (b(ParamKind::BiasIh), b(ParamKind::BiasHh));
+
+    // Halve the sigmoid gates' rows, exactly, once per call.
+    let h = spec.d_hidden;
+    let scales = gate_scale(spec.mode);
+    let scaled = scales.iter().any(|&s| s != 1.0);
+    let gh = scales.len() * h;
+    let scale: Option<Tensor<B, 1>> = scaled.then(|| {
+        let s: Vec<f64> = scales
+            .iter()
+            .flat_map(|&s| std::iter::repeat_n(s, h))
+            .collect();
+        Tensor::from_data(TensorData::new(s, [gh]), (&flat.device(), flat.dtype()))
+    });
+    let rows = |t: Tensor<B, 2>| match &scale {
+        Some(s) => t * s.clone().reshape([gh, 1]),
+        None => t,
+    };
+    let vec = |t: Tensor<B, 1>| match &scale {
+        Some(s) => t * s.clone(),
+        None => t,
+    };
+    let (b_x_s, b_h_s) = if spec.mode == RnnMode::Gru {
+        (b_ih.map(vec), b_hh.map(|b| vec(b).unsqueeze_dim(0)))
+    } else {
+        let b_x = match (b_ih, b_hh) {
+            (Some(bi), Some(bh)) => Some(bi + bh),
+            (None, bh) => bh,
+            (bi, None) => bi,
+        };
+        (b_x.map(vec), None)
+    };
+    CellWeights {
+        w_ih_s: w_ih.clone().map(rows),
+        w_ih,
+        w_hh_t_s: contiguous(rows(w_hh.clone()).transpose()),
+        w_hh,
+        b_x_s,
+        b_h_s,
+        w_hr_t: w_hr.clone().map(|w| contiguous(w.transpose())),
+        w_hr,
+    }
+}
+
+/// A contiguous copy, so that per-step GEMMs read a plain row-major operand.
+fn contiguous<B: Backend, const D: usize>(t: Tensor<B, D>) -> Tensor<B, D> {
+    // `reshape` of a transposed view forces a copy into row-major order on every backend.
+    let dims = t.dims();
+    let n: usize = dims.iter().product();
+    t.reshape([n]).reshape(dims)
+}
+
+/// Per-step validity masks `[B, 1]` (1 valid, 0 past the sequence's end), `None` at steps
+/// where every sequence is valid (Note [Variable lengths]).
+pub(crate) fn step_masks<B: Backend>(
+    desc: &RnnDescriptor,
+    device: &B::Device,
+    dtype: DType,
+) -> Vec<Option<Tensor<B, 2>>> {
+    let (t_len, batch) = (desc.seq_length, desc.batch_size);
+    (0..t_len)
+        .map(|t| {
+            let valid: Vec<f32> = (0..batch)
+                .map(|b| if t < desc.seq_length_of(b) { 1.0 } else { 0.0 })
+                .collect();
+            valid
+                .iter()
+                .any(|&v| v == 0.0)
+                .then(|| Tensor::from_data(TensorData::new(valid, [batch, 1]), (device, dtype)))
+        })
+        .collect()
+}
+
+/// The input projection of every step at once: `X W_ih^T + b`, `[T, B, G*H]`.
+/// Skip input adds `x` to every gate's block.
+fn input_projection<B: Backend>(
+    spec: &RnnSpec,
+    x: &Tensor<B, 3>,
+    w: &CellWeights<B>,
+) -> Tensor<B, 3> {
+    let [t, b, f] = x.dims();
+    let gh = spec.mode.num_gates() * spec.d_hidden;
+    let xw = match &w.w_ih_s {
+        Some(w_ih) => x
+            .clone()
+            .reshape([t * b, f])
+            .matmul(w_ih.clone().transpose())
+            .reshape([t, b, gh]),
+        None => {
+            // Skip input: x enters every gate block as it is (halved for sigmoid gates).
+            let blocks = gate_scale(spec.mode)
+                .iter()
+                .map(|&s| {
+                    if s == 1.0 {
+                        x.clone()
+                    } else {
+                        x.clone().mul_scalar(s)
+                    }
+                })
+                .collect();
+            Tensor::cat(blocks, 2)
+        }
+    };
+    match &w.b_x_s {
+        Some(bias) => xw + bias.clone().reshape([1, 1, gh]),
+        None => xw,
+    }
+}
+
+/// One layer in one direction over the whole sequence.
+struct Scan<B: Backend> {
+    /// Outputs `[T, B, P]`, zero past each sequence's end.
+    y: Tensor<B, 3>,
+    /// Final state.
+    last: State<B>,
+    /// Reserve tensors of this pseudo-layer (Note [Reserve layout]).
+    saved: Vec<Tensor<B, 3>>,
+}
+
+fn scan<B: Backend>(
+    spec: &RnnSpec,
+    xw: Tensor<B, 3>,
+    init: State<B>,
+    w: &CellWeights<B>,
+    masks: &[Option<Tensor<B, 2>>],
+    reverse: bool,
+    save: bool,
+) -> Scan<B> {
+    let [t_len, batch, _] = xw.dims();
+    let mut state = init;
+    let mut ys = Vec::with_capacity(t_len);
+    let mut h_prev = Vec::new();
+    let mut c_prev = Vec::new();
+    let mut saved_steps = Vec::new();
+    let steps: Vec<Tensor<B, 3>> = xw.chunk(t_len, 0);
+    let order: Vec<usize> = if reverse {
+        (0..t_len).rev().collect()
+    } else {
+        (0..t_len).collect()
+    };
+    let mut steps: Vec<Option<Tensor<B, 3>>> = steps.into_iter().map(Some).collect();
+    for t in order {
+        let xw_t = steps[t].take().expect("each step once");
+        let gh = xw_t.dims()[2];
+        if save {
+            h_prev.push(state.h.clone());
+            if let Some(c) = &state.c {
+                c_prev.push(c.clone());
+            }
+        }
+        let (new, saved) = cell::step(
+            spec.mode,
+            spec.d_hidden,
+            xw_t.reshape([batch, gh]),
+            &state,
+            w,
+            save,
+        );
+        match &masks[t] {
+            None => {
+                ys.push(new.h.clone());
+                state = new;
+            }
+            Some(m) => {
+                // Hold the state past the end; output zero there.
+                ys.push(new.h.clone() * m.clone());
+                let hold =
+                    |old: Tensor<B, 2>, new: Tensor<B, 2>| old.clone() + (new - old) * m.clone();
+                state = State {
+                    h: hold(state.h, new.h),
+                    c: match (state.c, new.c) {
+                        (Some(old), Some(new)) => Some(hold(old, new)),
+                        _ => None,
+                    },
+                };
+            }
+        }
+        if let Some(s) = saved {
+            saved_steps.push(s);
+        }
+    }
+    if reverse {
+        ys.reverse();
+        h_prev.reverse();
+        c_prev.reverse();
+        saved_steps.reverse();
+    }
+    let mut saved = Vec::new();
+    if save {
+        saved.push(Tensor::stack(h_prev, 0));
+        if spec.mode == RnnMode::Lstm {
+            saved.push(Tensor::stack(c_prev, 0));
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for s in saved_steps {
+            match s {
+                Saved::Lstm { gates, tanh_c } => {
+                    a.push(gates);
+                    b.push(tanh_c);
+                }
+                Saved::Gru { gates, hr_n } => {
+                    a.push(gates);
+                    b.push(hr_n);
+                }
+                Saved::Rnn => {}
+            }
+        }
+        if spec.mode == RnnMode::Lstm || spec.mode == RnnMode::Gru {
+            saved.push(Tensor::stack(a, 0));
+            saved.push(Tensor::stack(b, 0));
+        }
+    }
+    let y: Tensor<B, 3> = Tensor::stack(ys, 0);
+    if save && matches!(spec.mode, RnnMode::RnnTanh | RnnMode::RnnRelu) {
+        // The step output before masking is what the activation's derivative needs; at
+        // masked steps no gradient flows, so the masked output serves as well.
+        saved.push(y.clone());
+    }
+    Scan {
+        y,
+        last: state,
+        saved,
+    }
+}
+
+fn run<B: Backend>(
+    desc: &RnnDescriptor,
+    inputs: RnnInputs<B>,
+    training: bool,
+) -> (RnnOutput<B>, Vec<B::FloatTensorPrimitive>) {
+    let spec = &desc.spec;
+    let layout = RnnLayout::new(*spec);
+    let x: Tensor<B, 3> = float(inputs.x);
+    let device = x.device();
+    let dtype = x.dtype();
+    let x = if desc.batch_first {
+        x.swap_dims(0, 1)
+    } else {
+        x
+    };
+    let flat: Tensor<B, 1> = float(inputs.weights);
+    let (batch, p, h) = (desc.batch_size, spec.d_state(), spec.d_hidden);
+    let nd = spec.num_directions();
+    let h0: Option<Tensor<B, 3>> = inputs.h0.map(float);
+    let c0: Option<Tensor<B, 3>> = inputs.c0.map(float);
+    let init_state = |idx: usize| State {
+        h: h0.as_ref().map_or_else(
+            || Tensor::zeros([batch, p], (&device, dtype)),
+            |h0| h0.clone().narrow(0, idx, 1).reshape([batch, p]),
+        ),
+        c: (spec.mode == RnnMode::Lstm).then(|| {
+            c0.as_ref().map_or_else(
+                || Tensor::zeros([batch, h], (&device, dtype)),
+                |c0| c0.clone().narrow(0, idx, 1).reshape([batch, h]),
+            )
+        }),
+    };
+    let masks = step_masks::<B>(desc, &device, dtype);
+
+    let mut reserve: Vec<Tensor<B, 3>> = Vec::new();
+    let mut layer_in = x;
+    let mut h_n = Vec::with_capacity(spec.num_pseudo_layers());
+    let mut c_n = Vec::new();
+    for layer in 0..spec.num_layers {
+        if layer > 0 {
+            if training && desc.dropout.probability > 0.0 {
+                let mask = dropout::keep_mask::<B>(desc, layer, &device, dtype);
+                layer_in = layer_in * mask.clone();
+                reserve.push(layer_in.clone());
+                reserve.push(mask);
+            } else if training {
+                reserve.push(layer_in.clone());
+            }
+        }
+        let mut outs = Vec::with_capacity(nd);
+        for direction in 0..nd {
+            let w = cell_weights(&flat, &layout, layer, direction);
+            let xw = input_projection(spec, &layer_in, &w);
+            let s = scan(
+                spec,
+                xw,
+                init_state(layer * nd + direction),
+                &w,
+                &masks,
+                direction == 1,
+                training,
+            );
+            reserve.extend(s.saved);
+            h_n.push(s.last.h);
+            if let Some(c) = s.last.c {
+                c_n.push(c);
+            }
+            outs.push(s.y);
+        }
+        layer_in = if nd == 1 {
+            outs.pop().expect("one direction")
+        } else {
+            Tensor::cat(outs, 2)
+        };
+    }
+    let y = if desc.batch_first {
+        layer_in.swap_dims(0, 1)
+    } else {
+        layer_in
+    };
+    let out = RnnOutput {
+        y: prim(y),
+        h_n: prim(Tensor::stack::<3>(h_n, 0)),
+        c_n: (!c_n.is_empty()).then(|| prim(Tensor::stack::<3>(c_n, 0))),
+    };
+    (out, reserve.into_iter().map(prim).collect())
+}
