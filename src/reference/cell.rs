@@ -4,13 +4,14 @@
 //! Equations are cuDNN's (see the crate docs); `xw` already holds `W x + b` for the step
 //! (every bias for LSTM and RNN; only `b_ih` for GRU, whose `b_hh` sits inside `r ∘ (...)`).
 //!
-//! # Note [Sigmoid through tanh]
+//! # Note [Activations through exp]
 //!
-//! `σ(a) = ½ tanh(a/2) + ½` exactly. The rows of the sigmoid gates (LSTM `i, f, o`; GRU `r, z`)
-//! of `W_ih`, `W_hh` and both biases are halved once per call ([`super::gate_scale`]; exact
-//! in floating point), so one `tanh` over all gates serves every activation of an LSTM step.
-//! Burn's own `sigmoid` is avoided: it computes through f32 even for f64 tensors and costs
-//! several ops.
+//! Every activation is computed from one `exp` and one `recip`: `σ(a) = 1 / (1 + e^(-a))` and
+//! `tanh(a) = 2 σ(2a) - 1`. The factors (`-1` for sigmoid gates, `-2` for the LSTM cell
+//! gate) are folded into the gate rows of `W_ih`, `W_hh` and the biases once per call
+//! ([`super::gate_scale`]; exact in floating point), so one `exp` over all gates serves a
+//! whole LSTM step. On CPU backends `tanh` is several times slower than `exp`, and Burn's own
+//! `sigmoid` goes through f32 even for f64 tensors.
 
 use burn::tensor::activation::relu;
 use burn::tensor::backend::Backend;
@@ -18,24 +19,29 @@ use burn::tensor::Tensor;
 
 use crate::config::RnnMode;
 
-/// Weights of one pseudo-layer, oriented for row-major GEMMs.
+/// Weights of one pseudo-layer, oriented for row-major GEMMs and split by gate.
+///
+/// # Note [Gate-major steps]
+///
+/// Each gate's input projection is its own contiguous `[T*B, H]` tensor, and the recurrent
+/// GEMM is batched over gates (`[G, B, P] x [G, P, H]`), so every element-wise op of a step
+/// works on a contiguous `[B, H]` block. Slicing gates out of one `[B, G*H]` row block
+/// instead gives strided views, which some CPU backends (Flex) iterate several times slower.
 #[derive(Debug, Clone)]
 pub(crate) struct CellWeights<B: Backend> {
     /// `W_ih`, `[G*H, in]`; `None` in skip-input layer 0.
     pub w_ih: Option<Tensor<B, 2>>,
     /// `W_hh`, `[G*H, P]`.
     pub w_hh: Tensor<B, 2>,
-    /// `W_ih` with sigmoid-gate rows halved (Note [Sigmoid through tanh]).
-    pub w_ih_s: Option<Tensor<B, 2>>,
-    /// `W_hh^T` with sigmoid-gate columns halved, `[P, G*H]`, contiguous: the per-step GEMM
-    /// operand.
-    pub w_hh_t_s: Tensor<B, 2>,
-    /// Bias folded into the input projection, `[G*H]`, sigmoid-gate entries halved:
-    /// `b_ih + b_hh` (LSTM, RNN) or `b_ih` (GRU).
-    pub b_x_s: Option<Tensor<B, 1>>,
-    /// Bias added per step to `h W_hh^T` (GRU only: `b_hh`, `r, z` entries halved),
-    /// `[1, G*H]`.
-    pub b_h_s: Option<Tensor<B, 2>>,
+    /// Per gate, `W_ih_g^T` scaled (Note [Activations through exp]), `[in, H]`.
+    pub w_ih_t_s: Option<Vec<Tensor<B, 2>>>,
+    /// `W_hh_g^T` scaled, stacked by gate, `[G, P, H]`: the per-step GEMM operand.
+    pub w_hh_t_s: Tensor<B, 3>,
+    /// Per gate, the bias folded into the input projection, scaled, `[1, H]`:
+    /// `b_ih + b_hh`, but `b_in` alone for GRU's `n` gate.
+    pub b_x_s: Option<Vec<Tensor<B, 2>>>,
+    /// GRU's `b_hn`, added per step inside `r ∘ (R_n h + b_hn)`, repeated to `[B, H]`.
+    pub b_hn: Option<Tensor<B, 2>>,
     /// `W_hr`, `[P, H]` (LSTM projection).
     pub w_hr: Option<Tensor<B, 2>>,
     /// `W_hr^T`, `[H, P]`.
@@ -68,73 +74,83 @@ pub(crate) enum Saved<B: Backend> {
     Rnn,
 }
 
-/// One step. Returns the new (unmasked) state and, when `save`, the step's activations.
+/// One step. `xw` holds each gate's input projection for the step, `[B, H]`. Returns the
+/// new (unmasked) state and, when `save`, the step's activations.
 pub(crate) fn step<B: Backend>(
     mode: RnnMode,
-    d_hidden: usize,
-    xw: Tensor<B, 2>,
+    xw: Vec<Tensor<B, 2>>,
     state: &State<B>,
     w: &CellWeights<B>,
     save: bool,
 ) -> (State<B>, Option<Saved<B>>) {
-    let hw = state.h.clone().matmul(w.w_hh_t_s.clone());
-    let h = d_hidden;
-    // σ from the tanh of a halved pre-activation (Note [Sigmoid through tanh]).
-    let sig = |t: Tensor<B, 2>| t.mul_scalar(0.5).add_scalar(0.5);
+    let [num_gates, p, h] = w.w_hh_t_s.dims();
+    let batch = state.h.dims()[0];
+    let hw = state
+        .h
+        .clone()
+        .unsqueeze_dim::<3>(0)
+        .expand([num_gates, batch, p])
+        .matmul(w.w_hh_t_s.clone());
+    let gate = |g: usize| hw.clone().narrow(0, g, 1).reshape([batch, h]);
+    let mut xw = xw.into_iter();
+    let mut pre = |g: usize| xw.next().expect("one projection per gate") + gate(g);
     match mode {
         RnnMode::Lstm => {
-            let t = (xw + hw).tanh();
-            let s_if = sig(t.clone().narrow(1, 0, 2 * h));
-            let g = t.clone().narrow(1, 2 * h, h);
-            let o = sig(t.narrow(1, 3 * h, h));
-            let i = s_if.clone().narrow(1, 0, h);
-            let f = s_if.clone().narrow(1, h, h);
+            // σ(i), σ(f), σ(2 a_g), σ(o) from the scaled pre-activations.
+            let i = logistic(pre(0));
+            let f = logistic(pre(1));
+            let g = logistic(pre(2)).mul_scalar(2.0).add_scalar(-1.0);
+            let o = logistic(pre(3));
             let c_prev = state.c.clone().expect("LSTM state carries a cell");
-            let c = f * c_prev + i * g.clone();
-            let tanh_c = c.clone().tanh();
+            let c = f.clone() * c_prev + i.clone() * g.clone();
+            let tanh_c = tanh(c.clone());
             let m = o.clone() * tanh_c.clone();
             let h_new = match &w.w_hr_t {
                 Some(w_hr_t) => m.matmul(w_hr_t.clone()),
                 None => m,
             };
             let saved = save.then(|| Saved::Lstm {
-                gates: Tensor::cat(vec![s_if, g, o], 1),
+                gates: Tensor::cat(vec![i, f, g, o], 1),
                 tanh_c,
             });
-            (
-                State {
-                    h: h_new,
-                    c: Some(c),
-                },
-                saved,
-            )
+            (State { h: h_new, c: Some(c) }, saved)
         }
         RnnMode::Gru => {
-            let hr = match &w.b_h_s {
-                Some(b) => hw + b.clone(),
-                None => hw,
+            let r = logistic(pre(0));
+            let z = logistic(pre(1));
+            let hr_n = match &w.b_hn {
+                Some(b) => gate(2) + b.clone(),
+                None => gate(2),
             };
-            let rz = sig((xw.clone().narrow(1, 0, 2 * h) + hr.clone().narrow(1, 0, 2 * h)).tanh());
-            let r = rz.clone().narrow(1, 0, h);
-            let z = rz.clone().narrow(1, h, h);
-            let hr_n = hr.narrow(1, 2 * h, h);
-            let n = (xw.narrow(1, 2 * h, h) + r * hr_n.clone()).tanh();
+            let n = tanh(xw.next().expect("n projection") + r.clone() * hr_n.clone());
             // h' = (1 - z) n + z h = n + z (h - n)
-            let h_new = n.clone() + z * (state.h.clone() - n.clone());
+            let h_new = n.clone() + z.clone() * (state.h.clone() - n.clone());
             let saved = save.then(|| Saved::Gru {
-                gates: Tensor::cat(vec![rz, n], 1),
+                gates: Tensor::cat(vec![r, z, n], 1),
                 hr_n,
             });
             (State { h: h_new, c: None }, saved)
         }
         RnnMode::RnnTanh | RnnMode::RnnRelu => {
-            let a = xw + hw;
+            let a = pre(0);
             let h_new = if mode == RnnMode::RnnTanh {
-                a.tanh()
+                tanh(a)
             } else {
                 relu(a)
             };
             (State { h: h_new, c: None }, save.then_some(Saved::Rnn))
         }
     }
+}
+
+/// `1 / (1 + e^a)`: the logistic function of `-a` (the sign is folded into the weights).
+pub(crate) fn logistic<B: Backend, const D: usize>(a: Tensor<B, D>) -> Tensor<B, D> {
+    a.exp().add_scalar(1.0).recip()
+}
+
+/// `tanh(a) = 2 / (1 + e^(-2a)) - 1` (Note [Activations through exp]).
+pub(crate) fn tanh<B: Backend, const D: usize>(a: Tensor<B, D>) -> Tensor<B, D> {
+    logistic(a.mul_scalar(-2.0))
+        .mul_scalar(2.0)
+        .add_scalar(-1.0)
 }

@@ -106,12 +106,13 @@ pub(crate) fn weight<B: Backend, const D: usize>(
     })
 }
 
-/// Per-row factor of the gate blocks: ½ for sigmoid gates, 1 otherwise
-/// (Note [Sigmoid through tanh] in `cell`).
+/// Per-row factor of each gate block, folded into the weights: `-1` for sigmoid gates, `-2`
+/// for the LSTM cell gate, `1` where the cell applies its own activation
+/// (Note [Activations through exp] in `cell`).
 pub(crate) fn gate_scale(mode: RnnMode) -> &'static [f64] {
     match mode {
-        RnnMode::Lstm => &[0.5, 0.5, 1.0, 0.5],
-        RnnMode::Gru => &[0.5, 0.5, 1.0],
+        RnnMode::Lstm => &[-1.0, -1.0, -2.0, -1.0],
+        RnnMode::Gru => &[-1.0, -1.0, 1.0],
         RnnMode::RnnTanh | RnnMode::RnnRelu => &[1.0],
     }
 }
@@ -121,6 +122,7 @@ fn cell_weights<B: Backend>(
     layout: &RnnLayout,
     layer: usize,
     direction: usize,
+    batch: usize,
 ) -> CellWeights<B> {
     let spec = layout.spec();
     let w = |kind| weight::<B, 2>(flat, layout, layer, direction, kind);
@@ -130,43 +132,59 @@ fn cell_weights<B: Backend>(
     let w_hr = w(ParamKind::WeightHr);
     let (b_ih, b_hh) = (b(ParamKind::BiasIh), b(ParamKind::BiasHh));
 
-    // Halve the sigmoid gates' rows, exactly, once per call.
+    // Split by gate and scale each gate's rows, exactly, once per call
+    // (Notes [Activations through exp] and [Gate-major steps] in `cell`).
     let h = spec.d_hidden;
     let scales = gate_scale(spec.mode);
-    let scaled = scales.iter().any(|&s| s != 1.0);
-    let gh = scales.len() * h;
-    let scale: Option<Tensor<B, 1>> = scaled.then(|| {
-        let s: Vec<f64> = scales
-            .iter()
-            .flat_map(|&s| std::iter::repeat_n(s, h))
-            .collect();
-        Tensor::from_data(TensorData::new(s, [gh]), (&flat.device(), flat.dtype()))
+    let rows = |t: &Tensor<B, 2>, g: usize| t.clone().narrow(0, g * h, h).mul_scalar(scales[g]);
+    let entries = |t: &Tensor<B, 1>, g: usize| t.clone().narrow(0, g * h, h).mul_scalar(scales[g]);
+    let gates = 0..scales.len();
+    let w_ih_t_s = w_ih.as_ref().map(|w| {
+        gates
+            .clone()
+            .map(|g| contiguous(rows(w, g).transpose()))
+            .collect()
     });
-    let rows = |t: Tensor<B, 2>| match &scale {
-        Some(s) => t * s.clone().reshape([gh, 1]),
-        None => t,
+    let w_hh_t_s = Tensor::stack(
+        gates
+            .clone()
+            .map(|g| contiguous(rows(&w_hh, g).transpose()))
+            .collect(),
+        0,
+    );
+    // LSTM and RNN add both biases once, in the input projection. GRU does the same for
+    // r and z; b_hn sits inside r ∘ (R_n h + b_hn), so it is added per step, repeated over
+    // the batch once here so that the per-step add needs no broadcast.
+    let (b_x, b_hn) = match (spec.mode, b_ih, b_hh) {
+        (RnnMode::Gru, b_ih, Some(b_hh)) => {
+            // [b_ir + b_hr, b_iz + b_hz, b_in]; without b_ih (skip input): [b_hr, b_hz, 0].
+            let rz = b_hh.clone().narrow(0, 0, 2 * h);
+            let (rz, n) = match b_ih {
+                Some(bi) => (rz + bi.clone().narrow(0, 0, 2 * h), bi.narrow(0, 2 * h, h)),
+                None => (rz, Tensor::zeros([h], (&flat.device(), flat.dtype()))),
+            };
+            let b_hn = b_hh
+                .narrow(0, 2 * h, h)
+                .unsqueeze_dim::<2>(0)
+                .repeat_dim(0, batch);
+            (Some(Tensor::cat(vec![rz, n], 0)), Some(b_hn))
+        }
+        (_, Some(bi), Some(bh)) => (Some(bi + bh), None),
+        (_, bi, bh) => (bi.or(bh), None),
     };
-    let vec = |t: Tensor<B, 1>| match &scale {
-        Some(s) => t * s.clone(),
-        None => t,
-    };
-    let (b_x_s, b_h_s) = if spec.mode == RnnMode::Gru {
-        (b_ih.map(vec), b_hh.map(|b| vec(b).unsqueeze_dim(0)))
-    } else {
-        let b_x = match (b_ih, b_hh) {
-            (Some(bi), Some(bh)) => Some(bi + bh),
-            (None, bh) => bh,
-            (bi, None) => bi,
-        };
-        (b_x.map(vec), None)
-    };
+    let b_x_s = b_x.map(|b| {
+        gates
+            .clone()
+            .map(|g| entries(&b, g).unsqueeze_dim(0))
+            .collect()
+    });
     CellWeights {
-        w_ih_s: w_ih.clone().map(rows),
+        w_ih_t_s,
         w_ih,
-        w_hh_t_s: contiguous(rows(w_hh.clone()).transpose()),
+        w_hh_t_s,
         w_hh,
         b_x_s,
-        b_h_s,
+        b_hn,
         w_hr_t: w_hr.clone().map(|w| contiguous(w.transpose())),
         w_hr,
     }
@@ -201,40 +219,28 @@ pub(crate) fn step_masks<B: Backend>(
         .collect()
 }
 
-/// The input projection of every step at once: `X W_ih^T + b`, `[T, B, G*H]`.
-/// Skip input adds `x` to every gate's block.
+/// The input projection of every step at once, one contiguous `[T*B, H]` tensor per gate:
+/// `X W_ih_g^T + b_g` (scaled). Skip input adds `x` to every gate's block.
 fn input_projection<B: Backend>(
     spec: &RnnSpec,
     x: &Tensor<B, 3>,
     w: &CellWeights<B>,
-) -> Tensor<B, 3> {
+) -> Vec<Tensor<B, 2>> {
     let [t, b, f] = x.dims();
-    let gh = spec.mode.num_gates() * spec.d_hidden;
-    let xw = match &w.w_ih_s {
-        Some(w_ih) => x
-            .clone()
-            .reshape([t * b, f])
-            .matmul(w_ih.clone().transpose())
-            .reshape([t, b, gh]),
-        None => {
-            // Skip input: x enters every gate block as it is (halved for sigmoid gates).
-            let blocks = gate_scale(spec.mode)
-                .iter()
-                .map(|&s| {
-                    if s == 1.0 {
-                        x.clone()
-                    } else {
-                        x.clone().mul_scalar(s)
-                    }
-                })
-                .collect();
-            Tensor::cat(blocks, 2)
-        }
-    };
-    match &w.b_x_s {
-        Some(bias) => xw + bias.clone().reshape([1, 1, gh]),
-        None => xw,
-    }
+    let x = x.clone().reshape([t * b, f]);
+    let scales = gate_scale(spec.mode);
+    (0..scales.len())
+        .map(|g| {
+            let xw = match &w.w_ih_t_s {
+                Some(w_ih) => x.clone().matmul(w_ih[g].clone()),
+                None => x.clone().mul_scalar(scales[g]),
+            };
+            match &w.b_x_s {
+                Some(bias) => xw + bias[g].clone(),
+                None => xw,
+            }
+        })
+        .collect()
 }
 
 /// One layer in one direction over the whole sequence.
@@ -249,43 +255,37 @@ struct Scan<B: Backend> {
 
 fn scan<B: Backend>(
     spec: &RnnSpec,
-    xw: Tensor<B, 3>,
+    xw: Vec<Tensor<B, 2>>,
     init: State<B>,
     w: &CellWeights<B>,
     masks: &[Option<Tensor<B, 2>>],
     reverse: bool,
     save: bool,
 ) -> Scan<B> {
-    let [t_len, batch, _] = xw.dims();
+    let t_len = masks.len();
+    let batch = init.h.dims()[0];
     let mut state = init;
     let mut ys = Vec::with_capacity(t_len);
     let mut h_prev = Vec::new();
     let mut c_prev = Vec::new();
     let mut saved_steps = Vec::new();
-    let steps: Vec<Tensor<B, 3>> = xw.chunk(t_len, 0);
     let order: Vec<usize> = if reverse {
         (0..t_len).rev().collect()
     } else {
         (0..t_len).collect()
     };
-    let mut steps: Vec<Option<Tensor<B, 3>>> = steps.into_iter().map(Some).collect();
     for t in order {
-        let xw_t = steps[t].take().expect("each step once");
-        let gh = xw_t.dims()[2];
+        let xw_t: Vec<Tensor<B, 2>> = xw
+            .iter()
+            .map(|g| g.clone().narrow(0, t * batch, batch))
+            .collect();
         if save {
             h_prev.push(state.h.clone());
             if let Some(c) = &state.c {
                 c_prev.push(c.clone());
             }
         }
-        let (new, saved) = cell::step(
-            spec.mode,
-            spec.d_hidden,
-            xw_t.reshape([batch, gh]),
-            &state,
-            w,
-            save,
-        );
+        let (new, saved) = cell::step(spec.mode, xw_t, &state, w, save);
         match &masks[t] {
             None => {
                 ys.push(new.h.clone());
@@ -404,7 +404,7 @@ fn run<B: Backend>(
         }
         let mut outs = Vec::with_capacity(nd);
         for direction in 0..nd {
-            let w = cell_weights(&flat, &layout, layer, direction);
+            let w = cell_weights(&flat, &layout, layer, direction, batch);
             let xw = input_projection(spec, &layer_in, &w);
             let s = scan(
                 spec,
