@@ -113,7 +113,13 @@ pub(crate) fn step<B: Backend>(
                 gates: Tensor::cat(vec![i, f, g, o], 1),
                 tanh_c,
             });
-            (State { h: h_new, c: Some(c) }, saved)
+            (
+                State {
+                    h: h_new,
+                    c: Some(c),
+                },
+                saved,
+            )
         }
         RnnMode::Gru => {
             let r = logistic(pre(0));
