@@ -6,7 +6,6 @@
 
 use burn::backend::{Flex, NdArray};
 use burn::nn::{GruConfig, LstmConfig};
-use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use burn_fused_rnn::{FusedRnnBackend, FusedRnnConfig, RnnMode};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};

@@ -29,10 +29,6 @@ use crate::config::RnnMode;
 /// instead gives strided views, which some CPU backends (Flex) iterate several times slower.
 #[derive(Debug, Clone)]
 pub(crate) struct CellWeights<B: Backend> {
-    /// `W_ih`, `[G*H, in]`; `None` in skip-input layer 0.
-    pub w_ih: Option<Tensor<B, 2>>,
-    /// `W_hh`, `[G*H, P]`.
-    pub w_hh: Tensor<B, 2>,
     /// Per gate, `W_ih_g^T` scaled (Note [Activations through exp]), `[in, H]`.
     pub w_ih_t_s: Option<Vec<Tensor<B, 2>>>,
     /// `W_hh_g^T` scaled, stacked by gate, `[G, P, H]`: the per-step GEMM operand.
@@ -42,8 +38,6 @@ pub(crate) struct CellWeights<B: Backend> {
     pub b_x_s: Option<Vec<Tensor<B, 2>>>,
     /// GRU's `b_hn`, added per step inside `r ∘ (R_n h + b_hn)`, repeated to `[B, H]`.
     pub b_hn: Option<Tensor<B, 2>>,
-    /// `W_hr`, `[P, H]` (LSTM projection).
-    pub w_hr: Option<Tensor<B, 2>>,
     /// `W_hr^T`, `[H, P]`.
     pub w_hr_t: Option<Tensor<B, 2>>,
 }

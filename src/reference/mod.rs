@@ -180,13 +180,10 @@ fn cell_weights<B: Backend>(
     });
     CellWeights {
         w_ih_t_s,
-        w_ih,
         w_hh_t_s,
-        w_hh,
         b_x_s,
         b_hn,
-        w_hr_t: w_hr.clone().map(|w| contiguous(w.transpose())),
-        w_hr,
+        w_hr_t: w_hr.map(|w| contiguous(w.transpose())),
     }
 }
 
@@ -212,8 +209,7 @@ pub(crate) fn step_masks<B: Backend>(
                 .map(|b| if t < desc.seq_length_of(b) { 1.0 } else { 0.0 })
                 .collect();
             valid
-                .iter()
-                .any(|&v| v == 0.0)
+                .contains(&0.0)
                 .then(|| Tensor::from_data(TensorData::new(valid, [batch, 1]), (device, dtype)))
         })
         .collect()

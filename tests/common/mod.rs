@@ -199,7 +199,8 @@ pub fn check<B: Backend, const D: usize>(
     let mut worst: Option<(usize, f64)> = None;
     for (i, (&g, &e)) in got.iter().zip(expected).enumerate() {
         let excess = (g - e).abs() - (tol.atol + tol.rtol * e.abs());
-        if !(excess <= 0.0) && worst.is_none_or(|(_, w)| excess > w || excess.is_nan()) {
+        let bad = excess > 0.0 || excess.is_nan();
+        if bad && worst.is_none_or(|(_, w)| excess > w || excess.is_nan()) {
             worst = Some((i, excess));
         }
     }
