@@ -97,6 +97,10 @@ pub trait FusedRnnBackend: Backend {
 
     /// Backward pass (BPTT) from the output gradients, using the reserve of the training
     /// forward that produced `output`. Returns every input gradient in one go.
+    ///
+    /// **Not implemented yet**: the reference backward arrives with the training work
+    /// (BPTT + `Autodiff`); until then the default body panics. Nothing in this crate calls
+    /// it yet: every forward through [`FusedRnn`](crate::FusedRnn) is an inference forward.
     fn fused_rnn_backward(
         desc: &RnnDescriptor,
         inputs: RnnInputs<Self>,

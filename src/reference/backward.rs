@@ -1,4 +1,5 @@
-//! BPTT: the reference backward pass.
+//! BPTT: the reference backward pass (not implemented yet; the reserve it will read is
+//! described in Note [Reserve layout] in `super`).
 
 use burn::tensor::backend::Backend;
 
@@ -12,5 +13,7 @@ pub(crate) fn backward<B: Backend>(
     _reserve: RnnReserve<B>,
     _grads: RnnOutputGrads<B>,
 ) -> RnnGrads<B> {
-    unimplemented!("reference backward")
+    unimplemented!(
+        "the reference backward (BPTT) is not implemented yet; it comes with the training work"
+    )
 }
