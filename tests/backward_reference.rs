@@ -1,0 +1,102 @@
+//! The reference backward (BPTT), called through the backend trait, against PyTorch's
+//! gradients (float64 fixtures): dx, dh0, dc0 and every weight, for every fixture case.
+
+mod common;
+
+use burn::backend::{Flex, NdArray};
+use burn::tensor::{Tensor, TensorPrimitive};
+use burn_fused_rnn::{DropoutSpec, FusedRnnBackend, RnnDescriptor, RnnInputs, RnnOutputGrads};
+use common::{array, check, fixtures, report, tensor, Tol, F32, F64};
+
+fn prim<B: FusedRnnBackend, const D: usize>(t: Tensor<B, D>) -> B::FloatTensorPrimitive {
+    t.into_primitive().tensor()
+}
+
+fn float<B: FusedRnnBackend, const D: usize>(t: B::FloatTensorPrimitive) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+fn backward_matches_pytorch<B: FusedRnnBackend>(backend: &str, tol: Tol) {
+    let device = B::Device::default();
+    let mut failures = Vec::new();
+    for case in &fixtures().cases {
+        let desc = RnnDescriptor::new(
+            case.config().spec(),
+            case.seq_length,
+            case.batch_size,
+            case.batch_first,
+            case.lengths.clone(),
+            DropoutSpec::NONE,
+        );
+        let params = case.flat_params();
+        let inputs = RnnInputs::<B> {
+            x: prim(array::<B, 3>(&case.x, &device)),
+            h0: case.h0.as_ref().map(|a| prim(array::<B, 3>(a, &device))),
+            c0: case.c0.as_ref().map(|a| prim(array::<B, 3>(a, &device))),
+            weights: prim(tensor::<B, 1>(&params, [params.len()], &device)),
+        };
+        let (out, reserve) = B::fused_rnn_forward_training(&desc, inputs.clone());
+        let ctx = format!("{backend} / {}", case.name);
+        failures.extend(
+            check(
+                &ctx,
+                "training output",
+                float::<B, 3>(out.y.clone()),
+                &case.y.data,
+                tol,
+            )
+            .err(),
+        );
+        let grads = RnnOutputGrads {
+            dy: Some(prim(tensor::<B, 3>(
+                &case.gy,
+                case.y.shape.clone().try_into().unwrap(),
+                &device,
+            ))),
+            dh_n: Some(prim(tensor::<B, 3>(
+                &case.gh_n,
+                case.h_n.shape.clone().try_into().unwrap(),
+                &device,
+            ))),
+            dc_n: case.gc_n.as_ref().map(|g| {
+                prim(tensor::<B, 3>(
+                    g,
+                    case.c_n.as_ref().unwrap().shape.clone().try_into().unwrap(),
+                    &device,
+                ))
+            }),
+        };
+        let g = B::fused_rnn_backward(&desc, inputs, out, reserve, grads);
+        failures.extend(check(&ctx, "dx", float::<B, 3>(g.dx), &case.dx, tol).err());
+        failures.extend(check(&ctx, "dh0", float::<B, 3>(g.dh0), &case.dh0, tol).err());
+        if let (Some(dc0), Some(expected)) = (g.dc0, &case.dc0) {
+            failures.extend(check(&ctx, "dc0", float::<B, 3>(dc0), expected, tol).err());
+        }
+        failures.extend(
+            check(
+                &ctx,
+                "dweights",
+                float::<B, 1>(g.dweights),
+                &case.flat_dweights(),
+                tol,
+            )
+            .err(),
+        );
+    }
+    report(failures);
+}
+
+#[test]
+fn reference_backward_matches_pytorch_ndarray_f64() {
+    backward_matches_pytorch::<NdArray<f64>>("ndarray<f64>", F64);
+}
+
+#[test]
+fn reference_backward_matches_pytorch_ndarray_f32() {
+    backward_matches_pytorch::<NdArray<f32>>("ndarray<f32>", F32);
+}
+
+#[test]
+fn reference_backward_matches_pytorch_flex() {
+    backward_matches_pytorch::<Flex>("flex", F32);
+}
