@@ -40,6 +40,8 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(feature = "autodiff")]
+pub mod autodiff;
 pub mod backend;
 pub mod config;
 pub mod descriptor;
