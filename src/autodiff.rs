@@ -52,7 +52,12 @@ struct State<B: Backend> {
 impl<B: FusedRnnBackend> Backward<B, 4> for FusedRnnBackward {
     type State = State<B>;
 
-    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
+    fn backward(
+        self,
+        ops: Ops<Self::State, 4>,
+        grads: &mut Gradients,
+        checkpointer: &mut Checkpointer,
+    ) {
         BACKWARD_CALLS.fetch_add(1, Ordering::Relaxed);
         let [node_x, node_h0, node_c0, node_w] = ops.parents;
         let packed: Tensor<B, 1> = float(grads.consume::<B>(&ops.node));

@@ -50,7 +50,10 @@ pub(crate) fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> B::FloatTenso
 }
 
 /// Inference forward (the default body of `fused_rnn_forward`).
-pub(crate) fn forward<B: Backend>(desc: &RnnDescriptor, inputs: RnnInputs<B>) -> RnnOutput<B> {
+///
+/// Public so that it can serve as a *composite* forward: run on `Autodiff<B>` tensors it is
+/// traced op by op by Burn's autodiff, an independent check of the hand-written backward.
+pub fn forward<B: Backend>(desc: &RnnDescriptor, inputs: RnnInputs<B>) -> RnnOutput<B> {
     run::<B>(desc, inputs, false).0
 }
 
