@@ -27,11 +27,18 @@ use crate::descriptor::RnnDescriptor;
 use crate::reference::{float, prim};
 
 static BACKWARD_CALLS: AtomicUsize = AtomicUsize::new(0);
+static TRACKED_FORWARDS: AtomicUsize = AtomicUsize::new(0);
 
 /// How many times the fused backward node has run in this process (diagnostics: the
 /// tests use it to show that one `backward()` runs the fused backward once per call).
 pub fn fused_backward_calls() -> usize {
     BACKWARD_CALLS.load(Ordering::Relaxed)
+}
+
+/// How many tracked (training) forwards, the ones that keep a reserve, have run in this
+/// process (diagnostics: an untracked forward keeps no reserve and does not count).
+pub fn fused_tracked_forward_calls() -> usize {
+    TRACKED_FORWARDS.load(Ordering::Relaxed)
 }
 
 #[derive(Debug)]
@@ -147,6 +154,7 @@ impl<B: FusedRnnBackend, C: CheckpointStrategy> FusedRnnBackend for Autodiff<B, 
             .stateful();
         match prep {
             OpsKind::Tracked(mut prep) => {
+                TRACKED_FORWARDS.fetch_add(1, Ordering::Relaxed);
                 let state_x = prep.checkpoint(&inputs.x);
                 let state_h0 = prep.checkpoint(&h0);
                 let state_c0 = c0.as_ref().map(|c0| prep.checkpoint(c0));

@@ -5,6 +5,9 @@ mod record;
 
 pub use record::FusedRnnLoadError;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use burn::module::{Initializer, Module, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
@@ -53,6 +56,14 @@ impl<B: Backend> RnnState<B> {
 /// A stack of LSTM, GRU or plain RNN layers, in one or both directions, run as ONE fused
 /// op (cuDNN on CUDA, the reference implementation elsewhere).
 ///
+/// # Note [Dropout seeds]
+///
+/// Dropout (between layers, never after the last) applies only in training, that is on an
+/// `Autodiff` backend with tracked tensors; an inference forward ignores it. Training call
+/// `k` of a module made with seed `s` draws its masks from `(s, k)`, so every step gets
+/// fresh masks while two modules with the same seed see the same sequence. The backward
+/// pass reuses the forward's masks (they are part of the reserve).
+///
 /// Made by [`FusedRnnConfig::init`]. Its record holds the canonical weights
 /// ([`RnnCell`]), so Burn's recorders save and restore it on any backend; use
 /// [`FusedRnn::try_load_record`] or [`FusedRnn::try_load_file`] to get an error, rather than
@@ -67,6 +78,10 @@ pub struct FusedRnn<B: Backend> {
     batch_first: bool,
     #[module(skip)]
     dropout: DropoutSpec,
+    /// Training forwards run so far (shared by clones): call `k` draws its dropout masks
+    /// from `(seed, k)`.
+    #[module(skip)]
+    dropout_calls: Arc<AtomicU64>,
 }
 
 impl FusedRnnConfig {
@@ -97,6 +112,7 @@ impl FusedRnnConfig {
             spec,
             batch_first: self.batch_first,
             dropout: self.dropout_spec(),
+            dropout_calls: Arc::default(),
         }
     }
 
@@ -127,6 +143,7 @@ impl FusedRnnConfig {
             spec,
             batch_first: self.batch_first,
             dropout: self.dropout_spec(),
+            dropout_calls: Arc::default(),
         }
     }
 
@@ -239,6 +256,19 @@ impl<B: Backend> FusedRnn<B> {
 }
 
 impl<B: FusedRnnBackend> FusedRnn<B> {
+    /// The dropout of this call: fresh masks for every training forward, reproducible from
+    /// the config's seed (Note [Dropout seeds]).
+    fn call_dropout(&self, device: &B::Device) -> DropoutSpec {
+        if self.dropout.probability == 0.0 || !B::ad_enabled(device) {
+            return self.dropout;
+        }
+        let call = self.dropout_calls.fetch_add(1, Ordering::Relaxed);
+        DropoutSpec {
+            probability: self.dropout.probability,
+            seed: crate::reference::mix_seed(self.dropout.seed, call),
+        }
+    }
+
     /// Runs every layer and direction over full-length sequences.
     ///
     /// # Shapes
@@ -288,7 +318,7 @@ impl<B: FusedRnnBackend> FusedRnn<B> {
             batch,
             self.batch_first,
             seq_lengths,
-            self.dropout,
+            self.call_dropout(&input.device()),
         );
         let (h0, c0) = match state {
             Some(s) => (Some(s.hidden), s.cell),

@@ -42,3 +42,8 @@ pub(crate) fn keep_mask<B: Backend>(
         .collect();
     Tensor::from_data(TensorData::new(values, shape), (device, dtype))
 }
+
+/// The seed of training call `call` of a module seeded with `seed`.
+pub(crate) fn mix_seed(seed: u64, call: u64) -> u64 {
+    SplitMix64(seed ^ call.wrapping_mul(0x9E37_79B9_7F4A_7C15)).next()
+}

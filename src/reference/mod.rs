@@ -31,6 +31,7 @@ mod cell;
 mod dropout;
 
 pub(crate) use backward::backward;
+pub(crate) use dropout::mix_seed;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
