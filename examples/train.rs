@@ -58,7 +58,7 @@ fn batch<B: Backend>(seed: u64, device: &B::Device) -> (Tensor<B, 3>, Tensor<B, 
     };
     let (mut xs, mut ys) = (Vec::new(), Vec::new());
     for _ in 0..BATCH {
-        let (freq, phase) = (0.2 + 0.3 * uniform(), 6.28 * uniform());
+        let (freq, phase) = (0.2 + 0.3 * uniform(), std::f32::consts::TAU * uniform());
         let wave: Vec<f32> = (0..=STEPS)
             .map(|t| (freq * t as f32 + phase).sin() + 0.05 * (uniform() - 0.5))
             .collect();
