@@ -81,9 +81,16 @@ pub struct RnnGrads<B: Backend> {
 /// checked the tensors against the descriptor ([`RnnDescriptor::check_inputs`]) before
 /// dispatch, so implementations may rely on the shapes.
 pub trait FusedRnnBackend: Backend {
+    /// How many host threads the reference implementation may use (Note [Reference
+    /// threads] in [`crate::reference`]): 1 by default; CPU backends whose ops run on the
+    /// calling thread return the number of cores.
+    fn fused_rnn_reference_threads() -> usize {
+        1
+    }
+
     /// Inference forward: no reserve, no dropout.
     fn fused_rnn_forward(desc: &RnnDescriptor, inputs: RnnInputs<Self>) -> RnnOutput<Self> {
-        reference::forward::<Self>(desc, inputs)
+        reference::forward_with::<Self>(desc, inputs, Self::fused_rnn_reference_threads() > 1)
     }
 
     /// Training forward: applies dropout between layers and returns what the backward
@@ -92,7 +99,7 @@ pub trait FusedRnnBackend: Backend {
         desc: &RnnDescriptor,
         inputs: RnnInputs<Self>,
     ) -> (RnnOutput<Self>, RnnReserve<Self>) {
-        reference::forward_training::<Self>(desc, inputs)
+        reference::forward_training::<Self>(desc, inputs, Self::fused_rnn_reference_threads() > 1)
     }
 
     /// Backward pass (BPTT) from the output gradients, using the reserve of the training
@@ -108,6 +115,13 @@ pub trait FusedRnnBackend: Backend {
         reserve: RnnReserve<Self>,
         grads: RnnOutputGrads<Self>,
     ) -> RnnGrads<Self> {
-        reference::backward::<Self>(desc, inputs, output, reserve, grads)
+        reference::backward::<Self>(
+            desc,
+            inputs,
+            output,
+            reserve,
+            grads,
+            Self::fused_rnn_reference_threads() > 1,
+        )
     }
 }

@@ -66,7 +66,8 @@ impl RnnDescriptor {
     ///
     /// # Panics
     ///
-    /// If `seq_lengths` does not hold `batch_size` lengths, each at most `seq_length`.
+    /// If `seq_length` or `batch_size` is 0, or `seq_lengths` does not hold `batch_size`
+    /// lengths, each at most `seq_length`.
     pub fn new(
         spec: RnnSpec,
         seq_length: usize,
@@ -75,6 +76,8 @@ impl RnnDescriptor {
         seq_lengths: Option<Vec<usize>>,
         dropout: DropoutSpec,
     ) -> Self {
+        assert!(seq_length > 0, "expected seq_length > 0, got 0");
+        assert!(batch_size > 0, "expected batch_size > 0, got 0");
         if let Some(lengths) = &seq_lengths {
             assert_eq!(
                 lengths.len(),

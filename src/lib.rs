@@ -69,8 +69,15 @@ mod impls_ndarray {
         NdArrayTensor: From<SharedArray<E>>,
         NdArrayTensor: From<SharedArray<I>>,
     {
+        fn fused_rnn_reference_threads() -> usize {
+            crate::reference::host_threads()
+        }
     }
 }
 
 #[cfg(feature = "flex")]
-impl crate::FusedRnnBackend for burn::backend::Flex {}
+impl crate::FusedRnnBackend for burn::backend::Flex {
+    fn fused_rnn_reference_threads() -> usize {
+        crate::reference::host_threads()
+    }
+}

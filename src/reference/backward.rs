@@ -13,7 +13,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::{float, prim, step_masks, weight};
+use super::{float, par, prim, step_masks, weight};
 use crate::backend::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
@@ -23,10 +23,8 @@ use crate::layout::{ParamKind, RnnLayout};
 struct DirSaved<B: Backend> {
     h_prev: Tensor<B, 3>,
     c_prev: Option<Tensor<B, 3>>,
-    /// LSTM/GRU: activated gates `[T, B, G*H]`; RNN: the step outputs `h'`.
-    a: Tensor<B, 3>,
-    /// LSTM: `tanh(c')`; GRU: `R_n h + b_Rn`.
-    b: Option<Tensor<B, 3>>,
+    /// LSTM `i, f, g, o, tanh(c')`; GRU `r, z, n, R_n h + b_Rn`; RNN `h'`.
+    acts: Vec<Tensor<B, 3>>,
 }
 
 struct LayerSaved<B: Backend> {
@@ -51,28 +49,17 @@ fn parse_reserve<B: Backend>(desc: &RnnDescriptor, reserve: RnnReserve<B>) -> Ve
             let dirs = (0..spec.num_directions())
                 .map(|_| {
                     let h_prev = next();
-                    match spec.mode {
-                        RnnMode::Lstm => {
-                            let c_prev = next();
-                            DirSaved {
-                                h_prev,
-                                c_prev: Some(c_prev),
-                                a: next(),
-                                b: Some(next()),
-                            }
-                        }
-                        RnnMode::Gru => DirSaved {
-                            h_prev,
-                            c_prev: None,
-                            a: next(),
-                            b: Some(next()),
-                        },
-                        RnnMode::RnnTanh | RnnMode::RnnRelu => DirSaved {
-                            h_prev,
-                            c_prev: None,
-                            a: next(),
-                            b: None,
-                        },
+                    let c_prev = (spec.mode == RnnMode::Lstm).then(&mut next);
+                    let count = match spec.mode {
+                        RnnMode::Lstm => 5,
+                        RnnMode::Gru => 4,
+                        RnnMode::RnnTanh | RnnMode::RnnRelu => 1,
+                    };
+                    let acts = (0..count).map(|_| next()).collect();
+                    DirSaved {
+                        h_prev,
+                        c_prev,
+                        acts,
                     }
                 })
                 .collect();
@@ -98,14 +85,13 @@ struct DirGrads<B: Backend> {
     dw: Vec<(ParamKind, Tensor<B, 1>)>,
 }
 
-/// `1 - t²`.
-fn one_minus_sq<B: Backend>(t: Tensor<B, 2>) -> Tensor<B, 2> {
-    t.clone().mul(t).neg().add_scalar(1.0)
-}
-
-/// `t (1 - t)`: the derivative of the logistic function at its output.
-fn logistic_grad<B: Backend>(t: Tensor<B, 2>) -> Tensor<B, 2> {
-    t.clone().mul(t.neg().add_scalar(1.0))
+/// `dW = d^T a`, flattened row-major (`[rows_d, rows_a]` → `[cols_d * cols_a]`), computed as
+/// `(a^T d)^T`: a transposed *right* operand is much cheaper than a transposed left one for
+/// NdArray's GEMM.
+fn weight_grad<B: Backend>(d: Tensor<B, 2>, a: Tensor<B, 2>) -> Tensor<B, 1> {
+    let [_, n] = d.dims();
+    let [_, k] = a.dims();
+    a.transpose().matmul(d).transpose().reshape([n * k])
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -119,6 +105,7 @@ fn backward_dir<B: Backend>(
     dc_n: Option<Tensor<B, 2>>,
     masks: &[Option<Tensor<B, 2>>],
     reverse: bool,
+    parallel: bool,
 ) -> DirGrads<B> {
     let [t_len, batch, in_size] = x.dims();
     let h = spec.d_hidden;
@@ -128,6 +115,53 @@ fn backward_dir<B: Backend>(
         let f = t.dims()[2];
         t.clone().narrow(0, i, 1).reshape([batch, f])
     };
+    // Every factor that depends only on saved activations is computed once over all steps
+    // ([T, B, *], big vectorised ops); the time loop keeps the few ops that carry the
+    // gradient from step to step.
+    let act = |k: usize| saved.acts[k].clone();
+    let sig_grad = |t: Tensor<B, 3>| t.clone().mul(t.neg().add_scalar(1.0));
+    let tanh_grad = |t: Tensor<B, 3>| t.clone().mul(t).neg().add_scalar(1.0);
+    // LSTM: da_{i,f,g} = dc' ∘ A3, da_o = dm ∘ Ao, dc' = dc + dm ∘ Oc, dc_prev = dc' ∘ f.
+    // GRU: da_n = dh' ∘ Pn, da_z = dh' ∘ Pz, da_r = da_n ∘ Pr, dhr_n = da_n ∘ r,
+    //      dh_prev = [da_r, da_z, dhr_n] W_hh + dh' ∘ z.
+    // RNN: da = dh' ∘ act'(h').
+    let (f1, f2, f3, f4, f5) = match spec.mode {
+        RnnMode::Lstm => {
+            let (i, f, gg, o, tanh_c) = (act(0), act(1), act(2), act(3), act(4));
+            let c_prev = saved.c_prev.clone().expect("c_prev");
+            let a3 = Tensor::cat(
+                vec![
+                    gg.clone() * sig_grad(i.clone()),
+                    c_prev * sig_grad(f.clone()),
+                    i * tanh_grad(gg),
+                ],
+                2,
+            );
+            let ao = tanh_c.clone() * sig_grad(o.clone());
+            let oc = o * tanh_grad(tanh_c);
+            (Some(a3), Some(ao), Some(oc), Some(f), None)
+        }
+        RnnMode::Gru => {
+            let (r, z, n, hr_n) = (act(0), act(1), act(2), act(3));
+            let pn = z.clone().neg().add_scalar(1.0) * tanh_grad(n.clone());
+            let pz = (saved.h_prev.clone() - n) * sig_grad(z.clone());
+            let pr = hr_n * sig_grad(r.clone());
+            (Some(pn), Some(pz), Some(pr), Some(r), Some(z))
+        }
+        RnnMode::RnnTanh => (Some(tanh_grad(act(0))), None, None, None, None),
+        RnnMode::RnnRelu => {
+            let positive = act(0).greater_elem(0.0);
+            (
+                Some(act(0).zeros_like().mask_fill(positive, 1.0)),
+                None,
+                None,
+                None,
+                None,
+            )
+        }
+    };
+    let at = |t3: &Option<Tensor<B, 3>>, t: usize| step(t3.as_ref().expect("factor"), t);
+
     let mut dh = dh_n;
     let mut dc = dc_n;
     let mut d_pre = Vec::with_capacity(t_len); // grads of the input projection, [B, G*H]
@@ -149,14 +183,8 @@ fn backward_dir<B: Backend>(
             ),
             None => (total, None),
         };
-        let a = step(&saved.a, t);
-        let h_prev = step(&saved.h_prev, t);
         let (da, dr, dh_direct, dc_prev) = match spec.mode {
             RnnMode::Lstm => {
-                let gate = |k: usize| a.clone().narrow(1, k * h, h);
-                let (i, f, gg, o) = (gate(0), gate(1), gate(2), gate(3));
-                let tanh_c = step(saved.b.as_ref().expect("tanh(c)"), t);
-                let c_prev = step(saved.c_prev.as_ref().expect("c_prev"), t);
                 let dm = match &w.w_hr {
                     Some(w_hr) => {
                         d_proj.push(dh_new.clone());
@@ -172,46 +200,52 @@ fn backward_dir<B: Backend>(
                     ),
                     None => (dc_carry, None),
                 };
-                let d_o = dm.clone() * tanh_c.clone();
-                let dct = dc_new + dm * o.clone() * one_minus_sq(tanh_c);
+                let dct = dc_new + dm.clone() * at(&f3, t);
                 let da = Tensor::cat(
-                    vec![
-                        dct.clone() * gg.clone() * logistic_grad(i.clone()),
-                        dct.clone() * c_prev * logistic_grad(f.clone()),
-                        dct.clone() * i * one_minus_sq(gg),
-                        d_o * logistic_grad(o),
-                    ],
+                    vec![dct.clone().repeat_dim(1, 3) * at(&f1, t), dm * at(&f2, t)],
                     1,
                 );
+                let dc_prev = dct * at(&f4, t);
                 let dc_prev = match dc_keep {
-                    Some(k) => dct * f + k,
-                    None => dct * f,
+                    Some(k) => dc_prev + k,
+                    None => dc_prev,
                 };
                 (da, None, None, Some(dc_prev))
             }
             RnnMode::Gru => {
-                let gate = |k: usize| a.clone().narrow(1, k * h, h);
-                let (r, z, n) = (gate(0), gate(1), gate(2));
-                let hr_n = step(saved.b.as_ref().expect("hr_n"), t);
-                let dn = dh_new.clone() * z.clone().neg().add_scalar(1.0);
-                let dz = dh_new.clone() * (h_prev.clone() - n.clone());
-                let da_n = dn * one_minus_sq(n);
-                let da_r = da_n.clone() * hr_n * logistic_grad(r.clone());
-                let da_z = dz * logistic_grad(z.clone());
-                let dhr_n = da_n.clone() * r;
+                let da_n = dh_new.clone() * at(&f1, t);
+                let da_z = dh_new.clone() * at(&f2, t);
+                let da_r = da_n.clone() * at(&f3, t);
+                let dhr_n = da_n.clone() * at(&f4, t);
                 let da = Tensor::cat(vec![da_r.clone(), da_z.clone(), da_n], 1);
                 let dr = Tensor::cat(vec![da_r, da_z, dhr_n], 1);
-                (da, Some(dr), Some(dh_new * z), None)
+                (da, Some(dr), Some(dh_new * at(&f5, t)), None)
             }
-            RnnMode::RnnTanh => (dh_new * one_minus_sq(a), None, None, None),
-            RnnMode::RnnRelu => {
-                let positive = a.clone().greater_elem(0.0);
-                let d = a.zeros_like().mask_fill(positive, 1.0);
-                (dh_new * d, None, None, None)
-            }
+            RnnMode::RnnTanh | RnnMode::RnnRelu => (dh_new * at(&f1, t), None, None, None),
         };
         let d_recurrent = dr.clone().unwrap_or_else(|| da.clone());
-        let mut dh_prev = d_recurrent.clone().matmul(w.w_hh.clone());
+        // One recurrent GEMM per step; two row halves on two threads when `parallel`.
+        let half = if parallel { batch / 2 } else { 0 };
+        let mut dh_prev = if half > 0 {
+            let (top, bottom) = par::join(
+                true,
+                || {
+                    d_recurrent
+                        .clone()
+                        .narrow(0, 0, half)
+                        .matmul(w.w_hh.clone())
+                },
+                || {
+                    d_recurrent
+                        .clone()
+                        .narrow(0, half, batch - half)
+                        .matmul(w.w_hh.clone())
+                },
+            );
+            Tensor::cat(vec![top, bottom], 0)
+        } else {
+            d_recurrent.clone().matmul(w.w_hh.clone())
+        };
         if let Some(direct) = dh_direct {
             dh_prev = dh_prev + direct;
         }
@@ -234,34 +268,44 @@ fn backward_dir<B: Backend>(
     let d_rec: Tensor<B, 2> = Tensor::cat(d_rec, 0);
     let x2 = x.clone().reshape([rows, in_size]);
     let h_prev2 = saved.h_prev.clone().reshape([rows, p]);
+    // The three big GEMMs, balanced over two threads when `parallel`: dW_ih and the top
+    // half of dX on one, dW_hh and the bottom half of dX on the other.
+    let half = if parallel { rows / 2 } else { rows };
+    let dx_rows = |start: usize, len: usize| {
+        w.w_ih
+            .as_ref()
+            .filter(|_| len > 0)
+            .map(|w_ih| d_pre.clone().narrow(0, start, len).matmul(w_ih.clone()))
+    };
+    let ((dw_ih, dx_top), (dw_hh, dx_bottom)) = par::join(
+        parallel,
+        || {
+            let dw_ih = w
+                .w_ih
+                .as_ref()
+                .map(|_| weight_grad(d_pre.clone(), x2.clone()));
+            (dw_ih, dx_rows(0, half))
+        },
+        || {
+            let dw_hh = weight_grad(d_rec.clone(), h_prev2);
+            (dw_hh, dx_rows(half, rows - half))
+        },
+    );
     let mut dw = Vec::new();
-    let dx = match &w.w_ih {
-        Some(w_ih) => {
-            dw.push((
-                ParamKind::WeightIh,
-                d_pre
-                    .clone()
-                    .transpose()
-                    .matmul(x2)
-                    .reshape([g * h * in_size]),
-            ));
-            d_pre.clone().matmul(w_ih.clone())
-        }
+    let dx = match (dx_top, dx_bottom) {
+        (Some(top), Some(bottom)) => Tensor::cat(vec![top, bottom], 0),
+        (Some(all), None) | (None, Some(all)) => all,
         // Skip input: x entered every gate block.
-        None => d_pre
+        _ => d_pre
             .clone()
             .reshape([rows, g, h])
             .sum_dim(1)
             .reshape([rows, h]),
     };
-    dw.push((
-        ParamKind::WeightHh,
-        d_rec
-            .clone()
-            .transpose()
-            .matmul(h_prev2)
-            .reshape([g * h * p]),
-    ));
+    if let Some(dw_ih) = dw_ih {
+        dw.push((ParamKind::WeightIh, dw_ih));
+    }
+    dw.push((ParamKind::WeightHh, dw_hh));
     if spec.bias {
         if w.w_ih.is_some() {
             dw.push((ParamKind::BiasIh, d_pre.sum_dim(0).reshape([g * h])));
@@ -270,14 +314,9 @@ fn backward_dir<B: Backend>(
     }
     if w.w_hr.is_some() {
         // h' = m W_hr^T with m = o ∘ tanh(c'): dW_hr = Σ_t dh'_t^T m_t.
-        let a = saved.a.reshape([rows, g * h]);
-        let o = a.narrow(1, 3 * h, h);
-        let m = o * saved.b.expect("tanh(c)").reshape([rows, h]);
+        let m = (saved.acts[3].clone() * saved.acts[4].clone()).reshape([rows, h]);
         let d_proj: Tensor<B, 2> = Tensor::cat(d_proj, 0);
-        dw.push((
-            ParamKind::WeightHr,
-            d_proj.transpose().matmul(m).reshape([p * h]),
-        ));
+        dw.push((ParamKind::WeightHr, weight_grad(d_proj, m)));
     }
     DirGrads {
         dx: dx.reshape([t_len, batch, in_size]),
@@ -294,6 +333,7 @@ pub(crate) fn backward<B: Backend>(
     output: RnnOutput<B>,
     reserve: RnnReserve<B>,
     grads: RnnOutputGrads<B>,
+    parallel: bool,
 ) -> RnnGrads<B> {
     let spec = &desc.spec;
     let layout = RnnLayout::new(*spec);
@@ -331,15 +371,17 @@ pub(crate) fn backward<B: Backend>(
     for layer in (0..spec.num_layers).rev() {
         let LayerSaved { input, mask, dirs } = layers.pop().expect("one entry per layer");
         let layer_in = input.unwrap_or_else(|| x.clone());
-        let mut d_in: Option<Tensor<B, 3>> = None;
-        for (direction, dir_saved) in dirs.into_iter().enumerate() {
+        // Both directions on two threads, or each direction's GEMMs on two threads
+        // (Note [Reference threads] in `super::par`).
+        let inner_parallel = parallel && nd == 1;
+        let direction = |direction: usize, dir_saved: DirSaved<B>| {
             let idx = layer * nd + direction;
             let w = Weights {
                 w_ih: weight(&flat, &layout, layer, direction, ParamKind::WeightIh),
                 w_hh: weight(&flat, &layout, layer, direction, ParamKind::WeightHh).expect("W_hh"),
                 w_hr: weight(&flat, &layout, layer, direction, ParamKind::WeightHr),
             };
-            let g = backward_dir(
+            backward_dir(
                 spec,
                 &layer_in,
                 dir_saved,
@@ -349,7 +391,25 @@ pub(crate) fn backward<B: Backend>(
                 (spec.mode == RnnMode::Lstm).then(|| state_grad(&dc_n, idx, h)),
                 &masks,
                 direction == 1,
-            );
+                inner_parallel,
+            )
+        };
+        let mut dirs = dirs.into_iter();
+        let forward_saved = dirs.next().expect("forward direction");
+        let results = match dirs.next() {
+            Some(reverse_saved) => {
+                let (f, r) = par::join(
+                    parallel,
+                    || direction(0, forward_saved),
+                    || direction(1, reverse_saved),
+                );
+                vec![f, r]
+            }
+            None => vec![direction(0, forward_saved)],
+        };
+        let mut d_in: Option<Tensor<B, 3>> = None;
+        for (d, g) in results.into_iter().enumerate() {
+            let idx = layer * nd + d;
             d_in = Some(match d_in {
                 Some(acc) => acc + g.dx,
                 None => g.dx,

@@ -51,22 +51,11 @@ pub(crate) struct State<B: Backend> {
     pub c: Option<Tensor<B, 2>>,
 }
 
-/// What one step keeps for the backward pass (see Note [Reserve layout] in `super`).
-#[derive(Debug, Clone)]
-pub(crate) enum Saved<B: Backend> {
-    /// Activated gates `[i, f, g, o]`, `[B, 4H]`, and `tanh(c')`, `[B, H]`.
-    Lstm {
-        gates: Tensor<B, 2>,
-        tanh_c: Tensor<B, 2>,
-    },
-    /// Activated gates `[r, z, n]`, `[B, 3H]`, and `R_n h + b_Rn`, `[B, H]`.
-    Gru {
-        gates: Tensor<B, 2>,
-        hr_n: Tensor<B, 2>,
-    },
-    /// Nothing beyond the step's output `h'`.
-    Rnn,
-}
+/// What one step keeps for the backward pass, `[B, H]` each, in the order of Note
+/// [Reserve layout] in `super`: LSTM `i, f, g, o, tanh(c')`; GRU `r, z, n, R_n h + b_Rn`;
+/// RNN nothing beyond the step's output. One contiguous tensor per activation, so the
+/// backward never slices gates out of a wider block.
+pub(crate) type Saved<B> = Vec<Tensor<B, 2>>;
 
 /// One step. `xw` holds each gate's input projection for the step, `[B, H]`. Returns the
 /// new (unmasked) state and, when `save`, the step's activations.
@@ -76,16 +65,33 @@ pub(crate) fn step<B: Backend>(
     state: &State<B>,
     w: &CellWeights<B>,
     save: bool,
+    parallel: bool,
 ) -> (State<B>, Option<Saved<B>>) {
     let [num_gates, p, h] = w.w_hh_t_s.dims();
     let batch = state.h.dims()[0];
-    let hw = state
-        .h
-        .clone()
-        .unsqueeze_dim::<3>(0)
-        .expand([num_gates, batch, p])
-        .matmul(w.w_hh_t_s.clone());
-    let gate = |g: usize| hw.clone().narrow(0, g, 1).reshape([batch, h]);
+    // The recurrent GEMM, batched over gates; two gate groups on two threads when
+    // `parallel` (Note [Reference threads] in `super::par`).
+    let recurrent = |start: usize, len: usize| {
+        state
+            .h
+            .clone()
+            .unsqueeze_dim::<3>(0)
+            .expand([len, batch, p])
+            .matmul(w.w_hh_t_s.clone().narrow(0, start, len))
+    };
+    let split = if parallel { num_gates / 2 } else { 0 };
+    let (hw_first, hw_second) = super::par::join(
+        split > 0,
+        || (split > 0).then(|| recurrent(0, split)),
+        || recurrent(split, num_gates - split),
+    );
+    let gate = |g: usize| match &hw_first {
+        Some(first) if g < split => first.clone().narrow(0, g, 1).reshape([batch, h]),
+        _ => hw_second
+            .clone()
+            .narrow(0, g - split, 1)
+            .reshape([batch, h]),
+    };
     let mut xw = xw.into_iter();
     let mut pre = |g: usize| xw.next().expect("one projection per gate") + gate(g);
     match mode {
@@ -103,10 +109,7 @@ pub(crate) fn step<B: Backend>(
                 Some(w_hr_t) => m.matmul(w_hr_t.clone()),
                 None => m,
             };
-            let saved = save.then(|| Saved::Lstm {
-                gates: Tensor::cat(vec![i, f, g, o], 1),
-                tanh_c,
-            });
+            let saved = save.then(|| vec![i, f, g, o, tanh_c]);
             (
                 State {
                     h: h_new,
@@ -125,10 +128,7 @@ pub(crate) fn step<B: Backend>(
             let n = tanh(xw.next().expect("n projection") + r.clone() * hr_n.clone());
             // h' = (1 - z) n + z h = n + z (h - n)
             let h_new = n.clone() + z.clone() * (state.h.clone() - n.clone());
-            let saved = save.then(|| Saved::Gru {
-                gates: Tensor::cat(vec![r, z, n], 1),
-                hr_n,
-            });
+            let saved = save.then(|| vec![r, z, n, hr_n]);
             (State { h: h_new, c: None }, saved)
         }
         RnnMode::RnnTanh | RnnMode::RnnRelu => {
@@ -138,7 +138,7 @@ pub(crate) fn step<B: Backend>(
             } else {
                 relu(a)
             };
-            (State { h: h_new, c: None }, save.then_some(Saved::Rnn))
+            (State { h: h_new, c: None }, save.then(Vec::new))
         }
     }
 }

@@ -18,10 +18,11 @@
 //! `l`:
 //! - if `l > 0`: the layer's input after dropout, `[T, B, D*P]`;
 //! - if `l > 0` and dropout is on: the scaled keep mask, `[T, B, D*P]` (0 or `1/(1-p)`);
-//! - for each direction: the state entering each step `h_prev` `[T, B, P]`, then
-//!   - LSTM: `c_prev` `[T, B, H]`, activated gates `[T, B, 4H]`, `tanh(c')` `[T, B, H]`;
-//!   - GRU: activated gates `[T, B, 3H]`, `R_n h + b_Rn` `[T, B, H]`;
-//!   - RNN: the step's output `h'` `[T, B, H]`.
+//! - for each direction: the state entering each step `h_prev` `[T, B, P]`, then, each
+//!   `[T, B, H]`:
+//!   - LSTM: `c_prev`, the activated gates `i`, `f`, `g`, `o`, and `tanh(c')`;
+//!   - GRU: the activated gates `r`, `z`, `n`, and `R_n h + b_Rn`;
+//!   - RNN: the step's output `h'`.
 //!
 //! All are in time order (`t`, not processing order) and sequence-major. [`reserve_shapes`]
 //! computes these shapes from the descriptor alone.
@@ -29,6 +30,7 @@
 mod backward;
 mod cell;
 mod dropout;
+mod par;
 
 pub(crate) use backward::backward;
 pub(crate) use dropout::mix_seed;
@@ -40,7 +42,7 @@ use crate::backend::{RnnInputs, RnnOutput, RnnReserve};
 use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
 use crate::layout::{ParamKind, RnnLayout};
-use cell::{CellWeights, Saved, State};
+use cell::{CellWeights, State};
 
 pub(crate) fn float<B: Backend, const D: usize>(t: B::FloatTensorPrimitive) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
@@ -55,15 +57,32 @@ pub(crate) fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> B::FloatTenso
 /// Public so that it can serve as a *composite* forward: run on `Autodiff<B>` tensors it is
 /// traced op by op by Burn's autodiff, an independent check of the hand-written backward.
 pub fn forward<B: Backend>(desc: &RnnDescriptor, inputs: RnnInputs<B>) -> RnnOutput<B> {
-    run::<B>(desc, inputs, false).0
+    forward_with::<B>(desc, inputs, false)
+}
+
+/// [`forward`], on two host threads when `parallel` (Note [Reference threads]).
+pub(crate) fn forward_with<B: Backend>(
+    desc: &RnnDescriptor,
+    inputs: RnnInputs<B>,
+    parallel: bool,
+) -> RnnOutput<B> {
+    run::<B>(desc, inputs, false, parallel).0
+}
+
+/// The cores of this machine, for CPU backends' [`FusedRnnBackend::fused_rnn_reference_threads`].
+///
+/// [`FusedRnnBackend::fused_rnn_reference_threads`]: crate::FusedRnnBackend::fused_rnn_reference_threads
+pub(crate) fn host_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Training forward (the default body of `fused_rnn_forward_training`).
 pub(crate) fn forward_training<B: Backend>(
     desc: &RnnDescriptor,
     inputs: RnnInputs<B>,
+    parallel: bool,
 ) -> (RnnOutput<B>, RnnReserve<B>) {
-    let (out, reserve) = run::<B>(desc, inputs, true);
+    let (out, reserve) = run::<B>(desc, inputs, true, parallel);
     (out, RnnReserve { tensors: reserve })
 }
 
@@ -86,11 +105,12 @@ pub fn reserve_shapes(desc: &RnnDescriptor) -> Vec<[usize; 3]> {
         }
         for _ in 0..spec.num_directions() {
             shapes.push([t, b, p]);
-            match spec.mode {
-                RnnMode::Lstm => shapes.extend([[t, b, h], [t, b, 4 * h], [t, b, h]]),
-                RnnMode::Gru => shapes.extend([[t, b, 3 * h], [t, b, h]]),
-                RnnMode::RnnTanh | RnnMode::RnnRelu => shapes.push([t, b, h]),
-            }
+            let per_direction = match spec.mode {
+                RnnMode::Lstm => 6,
+                RnnMode::Gru => 4,
+                RnnMode::RnnTanh | RnnMode::RnnRelu => 1,
+            };
+            shapes.extend(std::iter::repeat_n([t, b, h], per_direction));
         }
     }
     shapes
@@ -225,22 +245,31 @@ fn input_projection<B: Backend>(
     spec: &RnnSpec,
     x: &Tensor<B, 3>,
     w: &CellWeights<B>,
+    parallel: bool,
 ) -> Vec<Tensor<B, 2>> {
     let [t, b, f] = x.dims();
     let x = x.clone().reshape([t * b, f]);
     let scales = gate_scale(spec.mode);
-    (0..scales.len())
-        .map(|g| {
-            let xw = match &w.w_ih_t_s {
-                Some(w_ih) => x.clone().matmul(w_ih[g].clone()),
-                None => x.clone().mul_scalar(scales[g]),
-            };
-            match &w.b_x_s {
-                Some(bias) => xw + bias[g].clone(),
-                None => xw,
-            }
-        })
-        .collect()
+    let num_gates = scales.len();
+    let project = |g: usize| {
+        let xw = match &w.w_ih_t_s {
+            Some(w_ih) => x.clone().matmul(w_ih[g].clone()),
+            None => x.clone().mul_scalar(scales[g]),
+        };
+        match &w.b_x_s {
+            Some(bias) => xw + bias[g].clone(),
+            None => xw,
+        }
+    };
+    // Two gate groups on two threads (Note [Reference threads]).
+    let split = if parallel { num_gates / 2 } else { 0 };
+    let (mut first, second) = par::join(
+        split > 0,
+        || (0..split).map(project).collect::<Vec<_>>(),
+        || (split..num_gates).map(project).collect::<Vec<_>>(),
+    );
+    first.extend(second);
+    first
 }
 
 /// One layer in one direction over the whole sequence.
@@ -253,6 +282,7 @@ struct Scan<B: Backend> {
     saved: Vec<Tensor<B, 3>>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn scan<B: Backend>(
     spec: &RnnSpec,
     xw: Vec<Tensor<B, 2>>,
@@ -261,6 +291,7 @@ fn scan<B: Backend>(
     masks: &[Option<Tensor<B, 2>>],
     reverse: bool,
     save: bool,
+    parallel: bool,
 ) -> Scan<B> {
     let t_len = masks.len();
     let batch = init.h.dims()[0];
@@ -285,7 +316,7 @@ fn scan<B: Backend>(
                 c_prev.push(c.clone());
             }
         }
-        let (new, saved) = cell::step(spec.mode, xw_t, &state, w, save);
+        let (new, saved) = cell::step(spec.mode, xw_t, &state, w, save, parallel);
         match &masks[t] {
             None => {
                 ys.push(new.h.clone());
@@ -321,24 +352,16 @@ fn scan<B: Backend>(
         if spec.mode == RnnMode::Lstm {
             saved.push(Tensor::stack(c_prev, 0));
         }
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        for s in saved_steps {
-            match s {
-                Saved::Lstm { gates, tanh_c } => {
-                    a.push(gates);
-                    b.push(tanh_c);
-                }
-                Saved::Gru { gates, hr_n } => {
-                    a.push(gates);
-                    b.push(hr_n);
-                }
-                Saved::Rnn => {}
+        // Transpose the per-step lists into one [T, B, H] tensor per activation.
+        let per_step = saved_steps.first().map_or(0, Vec::len);
+        let mut columns: Vec<Vec<Tensor<B, 2>>> =
+            (0..per_step).map(|_| Vec::with_capacity(t_len)).collect();
+        for step in saved_steps {
+            for (column, t) in columns.iter_mut().zip(step) {
+                column.push(t);
             }
         }
-        if spec.mode == RnnMode::Lstm || spec.mode == RnnMode::Gru {
-            saved.push(Tensor::stack(a, 0));
-            saved.push(Tensor::stack(b, 0));
-        }
+        saved.extend(columns.into_iter().map(|c| Tensor::stack(c, 0)));
     }
     let y: Tensor<B, 3> = Tensor::stack(ys, 0);
     if save && matches!(spec.mode, RnnMode::RnnTanh | RnnMode::RnnRelu) {
@@ -357,6 +380,7 @@ fn run<B: Backend>(
     desc: &RnnDescriptor,
     inputs: RnnInputs<B>,
     training: bool,
+    parallel: bool,
 ) -> (RnnOutput<B>, Vec<B::FloatTensorPrimitive>) {
     let spec = &desc.spec;
     let layout = RnnLayout::new(*spec);
@@ -402,19 +426,23 @@ fn run<B: Backend>(
                 reserve.push(layer_in.clone());
             }
         }
+        // Both directions on two threads, or each direction's own work on two threads
+        // (Note [Reference threads]).
+        let inner_parallel = parallel && nd == 1;
+        let direction = |d: usize| {
+            let w = cell_weights(&flat, &layout, layer, d, batch);
+            let xw = input_projection(spec, &layer_in, &w, inner_parallel);
+            let init = init_state(layer * nd + d);
+            scan(spec, xw, init, &w, &masks, d == 1, training, inner_parallel)
+        };
+        let scans = if nd == 2 {
+            let (f, r) = par::join(parallel, || direction(0), || direction(1));
+            vec![f, r]
+        } else {
+            vec![direction(0)]
+        };
         let mut outs = Vec::with_capacity(nd);
-        for direction in 0..nd {
-            let w = cell_weights(&flat, &layout, layer, direction, batch);
-            let xw = input_projection(spec, &layer_in, &w);
-            let s = scan(
-                spec,
-                xw,
-                init_state(layer * nd + direction),
-                &w,
-                &masks,
-                direction == 1,
-                training,
-            );
+        for s in scans {
             reserve.extend(s.saved);
             h_n.push(s.last.h);
             if let Some(c) = s.last.c {
