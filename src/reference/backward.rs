@@ -119,7 +119,8 @@ fn backward_dir<B: Backend>(
     // ([T, B, *], big vectorised ops); the time loop keeps the few ops that carry the
     // gradient from step to step.
     let act = |k: usize| saved.acts[k].clone();
-    let sig_grad = |t: Tensor<B, 3>| t.clone().mul(t.neg().add_scalar(1.0));
+    // Fresh operands go on the left (Note [Operand order] in `super::cell`).
+    let sig_grad = |t: Tensor<B, 3>| t.clone().neg().add_scalar(1.0).mul(t);
     let tanh_grad = |t: Tensor<B, 3>| t.clone().mul(t).neg().add_scalar(1.0);
     // LSTM: da_{i,f,g} = dc' ∘ A3, da_o = dm ∘ Ao, dc' = dc + dm ∘ Oc, dc_prev = dc' ∘ f.
     // GRU: da_n = dh' ∘ Pn, da_z = dh' ∘ Pz, da_r = da_n ∘ Pr, dhr_n = da_n ∘ r,
@@ -131,21 +132,21 @@ fn backward_dir<B: Backend>(
             let c_prev = saved.c_prev.clone().expect("c_prev");
             let a3 = Tensor::cat(
                 vec![
-                    gg.clone() * sig_grad(i.clone()),
-                    c_prev * sig_grad(f.clone()),
-                    i * tanh_grad(gg),
+                    sig_grad(i.clone()) * gg.clone(),
+                    sig_grad(f.clone()) * c_prev,
+                    tanh_grad(gg) * i,
                 ],
                 2,
             );
-            let ao = tanh_c.clone() * sig_grad(o.clone());
-            let oc = o * tanh_grad(tanh_c);
+            let ao = sig_grad(o.clone()) * tanh_c.clone();
+            let oc = tanh_grad(tanh_c) * o;
             (Some(a3), Some(ao), Some(oc), Some(f), None)
         }
         RnnMode::Gru => {
             let (r, z, n, hr_n) = (act(0), act(1), act(2), act(3));
             let pn = z.clone().neg().add_scalar(1.0) * tanh_grad(n.clone());
             let pz = (saved.h_prev.clone() - n) * sig_grad(z.clone());
-            let pr = hr_n * sig_grad(r.clone());
+            let pr = sig_grad(r.clone()) * hr_n;
             (Some(pn), Some(pz), Some(pr), Some(r), Some(z))
         }
         RnnMode::RnnTanh => (Some(tanh_grad(act(0))), None, None, None, None),
@@ -179,7 +180,7 @@ fn backward_dir<B: Backend>(
         let (dh_new, dh_keep) = match m {
             Some(m) => (
                 total * m.clone(),
-                Some(dh.clone() * m.clone().neg().add_scalar(1.0)),
+                Some(m.clone().neg().add_scalar(1.0) * dh.clone()),
             ),
             None => (total, None),
         };
@@ -196,11 +197,11 @@ fn backward_dir<B: Backend>(
                 let (dc_new, dc_keep) = match m {
                     Some(m) => (
                         dc_carry.clone() * m.clone(),
-                        Some(dc_carry * m.clone().neg().add_scalar(1.0)),
+                        Some(m.clone().neg().add_scalar(1.0) * dc_carry),
                     ),
                     None => (dc_carry, None),
                 };
-                let dct = dc_new + dm.clone() * at(&f3, t);
+                let dct = dm.clone() * at(&f3, t) + dc_new;
                 let da = Tensor::cat(
                     vec![dct.clone().repeat_dim(1, 3) * at(&f1, t), dm * at(&f2, t)],
                     1,

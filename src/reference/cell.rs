@@ -4,6 +4,13 @@
 //! Equations are cuDNN's (see the crate docs); `xw` already holds `W x + b` for the step
 //! (every bias for LSTM and RNN; only `b_ih` for GRU, whose `b_hh` sits inside `r ∘ (...)`).
 //!
+//! # Note [Operand order]
+//!
+//! NdArray computes `a ∘ b` about ten times slower when `a`'s buffer is shared (a clone of
+//! a kept tensor) and `b` is freshly computed than the other way round (it tries to reuse
+//! `b`'s buffer in place). `+` and `*` commute, so the reference writes the fresh operand
+//! on the left: `(h - n) * z + n`, not `n + z * (h - n)`.
+//!
 //! # Note [Activations through exp]
 //!
 //! Every activation is computed from one `exp` and one `recip`: `σ(a) = 1 / (1 + e^(-a))` and
@@ -125,9 +132,10 @@ pub(crate) fn step<B: Backend>(
                 Some(b) => gate(2) + b.clone(),
                 None => gate(2),
             };
-            let n = tanh(xw.next().expect("n projection") + r.clone() * hr_n.clone());
-            // h' = (1 - z) n + z h = n + z (h - n)
-            let h_new = n.clone() + z.clone() * (state.h.clone() - n.clone());
+            // Fresh operands go on the left (Note [Operand order]).
+            let n = tanh(r.clone() * hr_n.clone() + xw.next().expect("n projection"));
+            // h' = (1 - z) n + z h = (h - n) z + n
+            let h_new = (state.h.clone() - n.clone()) * z.clone() + n.clone();
             let saved = save.then(|| vec![r, z, n, hr_n]);
             (State { h: h_new, c: None }, saved)
         }

@@ -325,8 +325,9 @@ fn scan<B: Backend>(
             Some(m) => {
                 // Hold the state past the end; output zero there.
                 ys.push(new.h.clone() * m.clone());
+                // Fresh operand first (Note [Operand order] in `cell`).
                 let hold =
-                    |old: Tensor<B, 2>, new: Tensor<B, 2>| old.clone() + (new - old) * m.clone();
+                    |old: Tensor<B, 2>, new: Tensor<B, 2>| (new - old.clone()) * m.clone() + old;
                 state = State {
                     h: hold(state.h, new.h),
                     c: match (state.c, new.c) {
