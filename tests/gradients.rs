@@ -16,25 +16,20 @@ use burn_fused_rnn::{
 };
 use common::{array, check, fixtures, report, tensor, Tol, F32, F64};
 
+/// The gradient of one parameter, as f64 values.
+fn grad<B: AutodiffBackend, const D: usize>(
+    p: &Param<Tensor<B, D>>,
+    grads: &B::Gradients,
+) -> Vec<f64> {
+    let g = p.grad(grads).expect("every parameter has a gradient");
+    g.into_data().convert::<f64>().to_vec().unwrap()
+}
+
 /// Flat gradient of every canonical parameter, in layout order.
 fn param_grads<B: AutodiffBackend>(module: &FusedRnn<B>, grads: &B::Gradients) -> Vec<f64> {
     let mut out = Vec::new();
-    let grad2 = |p: &Param<Tensor<B, 2>>| -> Vec<f64> {
-        p.grad(grads)
-            .expect("grad")
-            .into_data()
-            .convert::<f64>()
-            .to_vec()
-            .unwrap()
-    };
-    let grad1 = |p: &Param<Tensor<B, 1>>| -> Vec<f64> {
-        p.grad(grads)
-            .expect("grad")
-            .into_data()
-            .convert::<f64>()
-            .to_vec()
-            .unwrap()
-    };
+    let grad2 = |p: &Param<Tensor<B, 2>>| grad(p, grads);
+    let grad1 = |p: &Param<Tensor<B, 1>>| grad(p, grads);
     for cell in &module.cells {
         if let Some(p) = &cell.weight_ih {
             out.extend(grad2(p));

@@ -107,13 +107,7 @@ impl FusedRnnConfig {
             },
             |e| bias_init.init([e.shape[0]], device),
         );
-        FusedRnn {
-            cells,
-            spec,
-            batch_first: self.batch_first,
-            dropout: self.dropout_spec(),
-            dropout_calls: Arc::default(),
-        }
+        self.assemble(spec, cells)
     }
 
     /// Builds the module from a flat canonical params vector `[params_size]` (TF's
@@ -138,19 +132,20 @@ impl FusedRnnConfig {
             |e| Param::from_tensor(slice(e).reshape([e.shape[0], e.shape[1]])),
             |e| Param::from_tensor(slice(e)),
         );
+        self.assemble(spec, cells)
+    }
+
+    /// The module of `spec` with the given cells and this config's settings.
+    fn assemble<B: Backend>(&self, spec: RnnSpec, cells: Vec<RnnCell<B>>) -> FusedRnn<B> {
         FusedRnn {
             cells,
             spec,
             batch_first: self.batch_first,
-            dropout: self.dropout_spec(),
+            dropout: DropoutSpec {
+                probability: self.dropout,
+                seed: self.seed,
+            },
             dropout_calls: Arc::default(),
-        }
-    }
-
-    fn dropout_spec(&self) -> DropoutSpec {
-        DropoutSpec {
-            probability: self.dropout,
-            seed: self.seed,
         }
     }
 }
