@@ -37,6 +37,18 @@ fn backward_matches_pytorch<B: FusedRnnBackend>(backend: &str, tol: Tol) {
         };
         let (out, reserve) = B::fused_rnn_forward_training(&desc, inputs.clone());
         let ctx = format!("{backend} / {}", case.name);
+        // The reserve's shapes are predictable from the descriptor alone (what a fused
+        // custom op must declare before running).
+        let shapes: Vec<[usize; 3]> = reserve
+            .tensors
+            .iter()
+            .map(|t| float::<B, 3>(t.clone()).dims())
+            .collect();
+        if shapes != burn_fused_rnn::reference::reserve_shapes(&desc) {
+            failures.push(format!(
+                "{ctx}: reserve shapes {shapes:?} differ from reserve_shapes()"
+            ));
+        }
         failures.extend(
             check(
                 &ctx,

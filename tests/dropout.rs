@@ -133,6 +133,16 @@ fn backward_applies_the_forward_masks() {
             .into_scalar()
     };
     let (inputs, out, reserve) = run(&w, &x);
+    let shapes: Vec<[usize; 3]> = reserve
+        .tensors
+        .iter()
+        .map(|t| Tensor::<Plain, 3>::from_primitive(TensorPrimitive::Float(t.clone())).dims())
+        .collect();
+    assert_eq!(
+        shapes,
+        burn_fused_rnn::reference::reserve_shapes(&desc),
+        "reserve with dropout masks"
+    );
     let g = Plain::fused_rnn_backward(
         &desc,
         inputs,
