@@ -6,6 +6,7 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::DType;
 
 use crate::descriptor::RnnDescriptor;
 use crate::reference;
@@ -102,12 +103,31 @@ pub trait FusedRnnBackend: Backend {
         reference::forward_training::<Self>(desc, inputs, Self::fused_rnn_reference_threads() > 1)
     }
 
-    /// Backward pass (BPTT) from the output gradients, using the reserve of the training
-    /// forward that produced `output`. Returns every input gradient in one go.
+    /// Shapes and dtypes of the tensors [`fused_rnn_forward_training`] returns as its
+    /// reserve, for inputs of `dtype` on `device`, known before it runs: a fused custom op
+    /// ([`burn_fusion::Fusion`](https://docs.rs/burn-fusion)) declares its outputs when it is
+    /// registered. Must match what [`fused_rnn_forward_training`] returns exactly.
     ///
-    /// **Not implemented yet**: the reference backward arrives with the training work
-    /// (BPTT + `Autodiff`); until then the default body panics. Nothing in this crate calls
-    /// it yet: every forward through [`FusedRnn`](crate::FusedRnn) is an inference forward.
+    /// The default is the reference's Note [Reserve layout] ([`reference::reserve_shapes`]),
+    /// in [`reference::compute_dtype`] of `dtype`.
+    ///
+    /// [`fused_rnn_forward_training`]: FusedRnnBackend::fused_rnn_forward_training
+    fn fused_rnn_reserve_layout(
+        desc: &RnnDescriptor,
+        dtype: DType,
+        device: &Self::Device,
+    ) -> Vec<(Vec<usize>, DType)> {
+        let _ = device;
+        let compute = reference::compute_dtype(dtype);
+        reference::reserve_shapes(desc)
+            .into_iter()
+            .map(|shape| (shape.to_vec(), compute))
+            .collect()
+    }
+
+    /// Backward pass (BPTT) from the output gradients, using the reserve of the training
+    /// forward that produced `output`. Returns every input gradient in one go, in the
+    /// inputs' dtype.
     fn fused_rnn_backward(
         desc: &RnnDescriptor,
         inputs: RnnInputs<Self>,

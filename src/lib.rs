@@ -45,10 +45,14 @@ pub mod autodiff;
 pub mod backend;
 pub mod config;
 pub mod descriptor;
+#[cfg(feature = "fusion")]
+pub mod fusion;
 pub mod layout;
 mod module;
 pub mod ops;
 pub mod reference;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use backend::{FusedRnnBackend, RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 pub use config::{FusedRnnConfig, InputMode, RnnMode, RnnSpec};
@@ -80,4 +84,17 @@ impl crate::FusedRnnBackend for burn::backend::Flex {
     fn fused_rnn_reference_threads() -> usize {
         crate::reference::host_threads()
     }
+}
+
+/// Burn's Wgpu backend without fusion: the reference path, on the GPU (or on the CPU
+/// through a Vulkan driver such as lavapipe). `burn::backend::Wgpu` with Burn's default
+/// features is `Fusion<..>` of this, implemented in [`fusion`].
+#[cfg(feature = "wgpu")]
+impl<F, I, BT> crate::FusedRnnBackend
+    for burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, F, I, BT>
+where
+    F: burn::backend::wgpu::FloatElement,
+    I: burn::backend::wgpu::IntElement,
+    BT: burn::backend::wgpu::BoolElement,
+{
 }

@@ -1,6 +1,6 @@
 //! The fused op on Burn tensors: checks shapes once, then dispatches to the backend.
 
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor};
 
 use crate::backend::{FusedRnnBackend, RnnInputs};
 use crate::descriptor::RnnDescriptor;
@@ -32,9 +32,16 @@ pub struct FusedRnnOutput<B: FusedRnnBackend> {
 /// - `c0`: initial cell state `[L*D, batch_size, H]` (LSTM only), zeros when `None`.
 /// - `weights`: flat canonical weights `[params_size]`.
 ///
+/// # Dtypes
+///
+/// Every tensor must have the input's dtype, a float dtype the backend supports
+/// ([`Backend::supports_dtype`](burn::tensor::backend::Backend::supports_dtype)). F16 and BF16 compute in F32 on the reference path
+/// (Note [Half precision] in [`crate::reference`]); outputs have the input's dtype.
+///
 /// # Panics
 ///
-/// With "expected …, got …" naming the argument when a shape does not fit `desc`.
+/// With "expected …, got …" naming the argument when a shape does not fit `desc`, when a
+/// dtype differs from the input's, or when the backend does not support the input's dtype.
 pub fn fused_rnn<B: FusedRnnBackend>(
     desc: &RnnDescriptor,
     input: Tensor<B, 3>,
@@ -47,6 +54,12 @@ pub fn fused_rnn<B: FusedRnnBackend>(
         h0.as_ref().map(|h| h.dims()).as_ref().map(|d| &d[..]),
         c0.as_ref().map(|c| c.dims()).as_ref().map(|d| &d[..]),
         &weights.dims(),
+    );
+    check_dtypes::<B>(
+        &input,
+        h0.as_ref().map(Tensor::dtype),
+        c0.as_ref().map(Tensor::dtype),
+        weights.dtype(),
     );
     let out = B::fused_rnn_forward(
         desc,
@@ -61,5 +74,33 @@ pub fn fused_rnn<B: FusedRnnBackend>(
         output: float(out.y),
         hidden: float(out.h_n),
         cell: out.c_n.map(float),
+    }
+}
+
+/// The dtype rules of [`fused_rnn`].
+fn check_dtypes<B: FusedRnnBackend>(
+    input: &Tensor<B, 3>,
+    h0: Option<DType>,
+    c0: Option<DType>,
+    weights: DType,
+) {
+    let dtype = input.dtype();
+    let device = input.device();
+    assert!(
+        dtype.is_float() && B::supports_dtype(&device, dtype),
+        "expected input of a float dtype that backend {} supports on {device:?}, got {dtype:?}",
+        B::name(&device),
+    );
+    for (name, got) in [
+        ("initial hidden state", h0),
+        ("initial cell state", c0),
+        ("weights", Some(weights)),
+    ] {
+        if let Some(got) = got {
+            assert!(
+                got == dtype,
+                "expected {name} of dtype {dtype:?} (the input's), got {got:?}"
+            );
+        }
     }
 }

@@ -122,17 +122,21 @@ fn outputs<B: FusedRnnBackend>(
     module.forward_with_lengths(x, &[7, 4], None).0
 }
 
-fn cross_backend<From: FusedRnnBackend, To: FusedRnnBackend>(name: &str) -> Result<(), String> {
+fn cross_backend<From: FusedRnnBackend, To: FusedRnnBackend>(
+    from: &str,
+    to: &str,
+) -> Result<(), String> {
+    let name = format!("{from} -> {to}");
     let (from_dev, to_dev) = (From::Device::default(), To::Device::default());
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
     let saved = config().init::<From>(&from_dev);
     values(&saved); // initialize before cloning (see `round_trip`)
-    let file = path(&format!("cross_{name}"));
+    let file = path(&format!("cross_{from}_{to}"));
     saved.clone().save_file(file.clone(), &recorder).unwrap();
     let loaded = config()
         .init::<To>(&to_dev)
         .try_load_file(file, &recorder, &to_dev)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("{name}: {e}"))?;
     let x: Vec<f32> =
         Tensor::<NdArray, 1>::random([70], Distribution::Default, &Default::default())
             .into_data()
@@ -147,7 +151,7 @@ fn cross_backend<From: FusedRnnBackend, To: FusedRnnBackend>(name: &str) -> Resu
         .to_vec()
         .unwrap();
     check(
-        name,
+        &name,
         "output",
         outputs(&loaded, &x, &to_dev),
         &expected,
@@ -155,17 +159,38 @@ fn cross_backend<From: FusedRnnBackend, To: FusedRnnBackend>(name: &str) -> Resu
     )
 }
 
+/// Burn's Wgpu backend without fusion, and as `burn::backend::Wgpu` (with fusion).
+#[cfg(feature = "wgpu")]
+type WgpuPlain = burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
+#[cfg(feature = "wgpu")]
+type WgpuFusion = burn::backend::Wgpu;
+
+/// A checkpoint saved on `From` loaded on every backend of this build.
+fn to_every_backend<From: FusedRnnBackend>(from: &str) -> Vec<Result<(), String>> {
+    #[allow(unused_mut)]
+    let mut results = vec![
+        cross_backend::<From, NdArray>(from, "ndarray"),
+        cross_backend::<From, Flex>(from, "flex"),
+    ];
+    #[cfg(feature = "wgpu")]
+    {
+        results.push(cross_backend::<From, WgpuPlain>(from, "wgpu"));
+        results.push(cross_backend::<From, WgpuFusion>(from, "wgpu_fusion"));
+    }
+    results
+}
+
 #[test]
-fn records_move_between_ndarray_and_flex() {
-    report(
-        [
-            cross_backend::<NdArray, Flex>("ndarray -> flex"),
-            cross_backend::<Flex, NdArray>("flex -> ndarray"),
-        ]
-        .into_iter()
-        .filter_map(Result::err)
-        .collect(),
-    );
+fn records_move_between_every_pair_of_backends() {
+    #[allow(unused_mut)]
+    let mut results = to_every_backend::<NdArray>("ndarray");
+    results.extend(to_every_backend::<Flex>("flex"));
+    #[cfg(feature = "wgpu")]
+    {
+        results.extend(to_every_backend::<WgpuPlain>("wgpu"));
+        results.extend(to_every_backend::<WgpuFusion>("wgpu_fusion"));
+    }
+    report(results.into_iter().filter_map(Result::err).collect());
 }
 
 fn load_into(saved: FusedRnnConfig, target: FusedRnnConfig, name: &str) -> FusedRnnLoadError {

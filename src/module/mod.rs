@@ -319,7 +319,15 @@ impl<B: FusedRnnBackend> FusedRnn<B> {
             Some(s) => (Some(s.hidden), s.cell),
             None => (None, None),
         };
-        let out = fused_rnn(&desc, input, h0, c0, self.flat_weights());
+        // The module runs in its input's dtype: weights are cast to it (a tracked cast, so
+        // gradients reach the parameters in their own dtype), states must match it.
+        let weights = self.flat_weights();
+        let weights = if weights.dtype() == input.dtype() {
+            weights
+        } else {
+            weights.cast(input.dtype())
+        };
+        let out = fused_rnn(&desc, input, h0, c0, weights);
         (out.output, RnnState::new(out.hidden, out.cell))
     }
 }

@@ -11,9 +11,9 @@
 //! from padding, and each final state's gradient enters at the sequence's own last step.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
+use burn::tensor::{Tensor, TensorMetadata};
 
-use super::{float, par, prim, step_masks, weight};
+use super::{cast, cast_inputs, cast_output, compute_dtype, float, par, prim, step_masks, weight};
 use crate::backend::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
@@ -329,6 +329,41 @@ fn backward_dir<B: Backend>(
 
 /// The default body of `fused_rnn_backward`.
 pub(crate) fn backward<B: Backend>(
+    desc: &RnnDescriptor,
+    inputs: RnnInputs<B>,
+    output: RnnOutput<B>,
+    reserve: RnnReserve<B>,
+    grads: RnnOutputGrads<B>,
+    parallel: bool,
+) -> RnnGrads<B> {
+    // Note [Half precision] in `super`: compute in F32, hand back the input's dtype.
+    let dtype = inputs.x.dtype();
+    let up = compute_dtype(dtype);
+    if up == dtype {
+        return backward_in::<B>(desc, inputs, output, reserve, grads, parallel);
+    }
+    let grads = RnnOutputGrads {
+        dy: grads.dy.map(|t| cast::<B>(t, up)),
+        dh_n: grads.dh_n.map(|t| cast::<B>(t, up)),
+        dc_n: grads.dc_n.map(|t| cast::<B>(t, up)),
+    };
+    let out = backward_in::<B>(
+        desc,
+        cast_inputs(inputs, up),
+        cast_output(output, up),
+        reserve,
+        grads,
+        parallel,
+    );
+    RnnGrads {
+        dx: cast::<B>(out.dx, dtype),
+        dh0: cast::<B>(out.dh0, dtype),
+        dc0: out.dc0.map(|t| cast::<B>(t, dtype)),
+        dweights: cast::<B>(out.dweights, dtype),
+    }
+}
+
+fn backward_in<B: Backend>(
     desc: &RnnDescriptor,
     inputs: RnnInputs<B>,
     output: RnnOutput<B>,

@@ -25,7 +25,17 @@
 //!   - RNN: the step's output `h'`.
 //!
 //! All are in time order (`t`, not processing order) and sequence-major. [`reserve_shapes`]
-//! computes these shapes from the descriptor alone.
+//! computes these shapes from the descriptor alone; their dtype is [`compute_dtype`] of the
+//! input's.
+//!
+//! # Note [Half precision]
+//!
+//! F16 and BF16 inputs run in F32: the entry points cast `x`, the states, the weights and
+//! the output gradients up once, compute everything (GEMM accumulation, the recurrence,
+//! the reserve) in F32, and cast the results back to the input's dtype once. A recurrence
+//! run in half precision would round the state at every step, and the exp-based
+//! activations (Note [Activations through exp] in `cell`) overflow F16 at `|x| > 11`. The
+//! only half-precision rounding left is that of the inputs and outputs themselves.
 
 mod backward;
 mod cell;
@@ -36,7 +46,8 @@ pub(crate) use backward::backward;
 pub(crate) use dropout::mix_seed;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
 use crate::backend::{RnnInputs, RnnOutput, RnnReserve};
 use crate::config::{RnnMode, RnnSpec};
@@ -66,7 +77,49 @@ pub(crate) fn forward_with<B: Backend>(
     inputs: RnnInputs<B>,
     parallel: bool,
 ) -> RnnOutput<B> {
-    run::<B>(desc, inputs, false, parallel).0
+    let dtype = inputs.x.dtype();
+    let out = run::<B>(
+        desc,
+        cast_inputs(inputs, compute_dtype(dtype)),
+        false,
+        parallel,
+    )
+    .0;
+    cast_output(out, dtype)
+}
+
+/// The dtype the reference computes in for inputs of `dtype` (Note [Half precision]).
+pub fn compute_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::BF16 => DType::F32,
+        other => other,
+    }
+}
+
+/// `t` in `dtype`, without a copy when it already is.
+pub(crate) fn cast<B: Backend>(t: FloatTensor<B>, dtype: DType) -> FloatTensor<B> {
+    if t.dtype() == dtype {
+        t
+    } else {
+        B::float_cast(t, dtype.into())
+    }
+}
+
+pub(crate) fn cast_inputs<B: Backend>(inputs: RnnInputs<B>, dtype: DType) -> RnnInputs<B> {
+    RnnInputs {
+        x: cast::<B>(inputs.x, dtype),
+        h0: inputs.h0.map(|t| cast::<B>(t, dtype)),
+        c0: inputs.c0.map(|t| cast::<B>(t, dtype)),
+        weights: cast::<B>(inputs.weights, dtype),
+    }
+}
+
+pub(crate) fn cast_output<B: Backend>(out: RnnOutput<B>, dtype: DType) -> RnnOutput<B> {
+    RnnOutput {
+        y: cast::<B>(out.y, dtype),
+        h_n: cast::<B>(out.h_n, dtype),
+        c_n: out.c_n.map(|t| cast::<B>(t, dtype)),
+    }
 }
 
 /// The cores of this machine, for CPU backends' [`FusedRnnBackend::fused_rnn_reference_threads`].
@@ -82,8 +135,14 @@ pub(crate) fn forward_training<B: Backend>(
     inputs: RnnInputs<B>,
     parallel: bool,
 ) -> (RnnOutput<B>, RnnReserve<B>) {
-    let (out, reserve) = run::<B>(desc, inputs, true, parallel);
-    (out, RnnReserve { tensors: reserve })
+    let dtype = inputs.x.dtype();
+    let (out, reserve) = run::<B>(
+        desc,
+        cast_inputs(inputs, compute_dtype(dtype)),
+        true,
+        parallel,
+    );
+    (cast_output(out, dtype), RnnReserve { tensors: reserve })
 }
 
 /// Shapes of the reserve's tensors (Note [Reserve layout]).

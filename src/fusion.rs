@@ -1,0 +1,308 @@
+//! `Fusion<B>`: the fused op as ONE custom operation in Burn's fusion stream.
+//!
+//! `burn::backend::Wgpu` and `burn::backend::Cuda` are `Fusion<CubeBackend<..>>` under
+//! Burn's default features, so this is the impl most GPU users run. Each method registers a
+//! [`CustomOpIr`] whose execution calls the inner backend's method of the same name on the
+//! inner primitives: on CUDA that is cuDNN, elsewhere the reference. The fusion stream
+//! flushes the element-wise work queued before it, runs the op once, and treats its outputs
+//! as ordinary tensors.
+//!
+//! # Note [Declared outputs]
+//!
+//! A custom op declares its outputs' shapes and dtypes when it is registered, before it
+//! runs. The outputs are `y`, `h_n` and (LSTM) `c_n` in the descriptor's shapes and the
+//! input's dtype, then, for a training forward, the reserve as
+//! [`FusedRnnBackend::fused_rnn_reserve_layout`] of the inner backend declares it. Optional
+//! inputs (`h0`, `c0`, output gradients) are left out of the op's input list; which ones
+//! are present travels with the op.
+
+use std::marker::PhantomData;
+
+use burn::tensor::{DType, Shape, TensorMetadata};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime, FusionTensor};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+
+use crate::backend::{FusedRnnBackend, RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
+use crate::descriptor::RnnDescriptor;
+
+type Handles<B> =
+    HandleContainer<<<B as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle>;
+type Tensor<B> = FusionTensor<<B as FusionBackend>::FusionRuntime>;
+
+/// Which optional tensors an op carries (Note [Declared outputs]).
+#[derive(Debug, Clone, Copy)]
+struct Present {
+    h0: bool,
+    c0: bool,
+    c_n: bool,
+    dy: bool,
+    dh_n: bool,
+    dc_n: bool,
+}
+
+#[derive(Debug)]
+struct ForwardOp<B> {
+    ir: CustomOpIr,
+    desc: RnnDescriptor,
+    present: Present,
+    training: bool,
+    _backend: PhantomData<fn() -> B>,
+}
+
+#[derive(Debug)]
+struct BackwardOp<B> {
+    ir: CustomOpIr,
+    desc: RnnDescriptor,
+    present: Present,
+    reserve_len: usize,
+    _backend: PhantomData<fn() -> B>,
+}
+
+/// Reads the op's inputs in order.
+struct Reader<'a, B: FusionBackend> {
+    handles: &'a mut Handles<B>,
+    inputs: std::slice::Iter<'a, TensorIr>,
+}
+
+impl<B: FusionBackend> Reader<'_, B> {
+    fn next(&mut self) -> B::FloatTensorPrimitive {
+        let ir = self
+            .inputs
+            .next()
+            .expect("the custom op holds every input it declared");
+        self.handles.get_float_tensor::<B>(ir)
+    }
+
+    fn next_if(&mut self, present: bool) -> Option<B::FloatTensorPrimitive> {
+        present.then(|| self.next())
+    }
+}
+
+fn register_outputs<B: FusionBackend>(
+    handles: &mut Handles<B>,
+    outputs: &[TensorIr],
+    tensors: impl IntoIterator<Item = B::FloatTensorPrimitive>,
+) {
+    let mut count = 0;
+    for (ir, tensor) in outputs.iter().zip(tensors) {
+        handles.register_float_tensor::<B>(&ir.id, tensor);
+        count += 1;
+    }
+    assert_eq!(
+        count,
+        outputs.len(),
+        "the inner backend returned fewer tensors than the custom op declared"
+    );
+}
+
+fn read_inputs<B: FusionBackend>(reader: &mut Reader<'_, B>, present: Present) -> RnnInputs<B> {
+    let x = reader.next();
+    let h0 = reader.next_if(present.h0);
+    let c0 = reader.next_if(present.c0);
+    let weights = reader.next();
+    RnnInputs { x, h0, c0, weights }
+}
+
+impl<B: FusionBackend + FusedRnnBackend> Operation<B::FusionRuntime> for ForwardOp<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let mut reader = Reader::<B> {
+            handles,
+            inputs: self.ir.inputs.iter(),
+        };
+        let inputs = read_inputs(&mut reader, self.present);
+        let handles = reader.handles;
+        let (out, reserve) = if self.training {
+            let (out, reserve) = B::fused_rnn_forward_training(&self.desc, inputs);
+            (out, reserve.tensors)
+        } else {
+            (B::fused_rnn_forward(&self.desc, inputs), Vec::new())
+        };
+        let tensors = [out.y, out.h_n].into_iter().chain(out.c_n).chain(reserve);
+        register_outputs::<B>(handles, &self.ir.outputs, tensors);
+    }
+}
+
+impl<B: FusionBackend + FusedRnnBackend> Operation<B::FusionRuntime> for BackwardOp<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let mut reader = Reader::<B> {
+            handles,
+            inputs: self.ir.inputs.iter(),
+        };
+        let inputs = read_inputs(&mut reader, self.present);
+        let output = RnnOutput {
+            y: reader.next(),
+            h_n: reader.next(),
+            c_n: reader.next_if(self.present.c_n),
+        };
+        let reserve = RnnReserve {
+            tensors: (0..self.reserve_len).map(|_| reader.next()).collect(),
+        };
+        let grads = RnnOutputGrads {
+            dy: reader.next_if(self.present.dy),
+            dh_n: reader.next_if(self.present.dh_n),
+            dc_n: reader.next_if(self.present.dc_n),
+        };
+        let handles = reader.handles;
+        let RnnGrads {
+            dx,
+            dh0,
+            dc0,
+            dweights,
+        } = B::fused_rnn_backward(&self.desc, inputs, output, reserve, grads);
+        let tensors = [dx, dh0].into_iter().chain(dc0).chain([dweights]);
+        register_outputs::<B>(handles, &self.ir.outputs, tensors);
+    }
+}
+
+fn uninit<B: FusionBackend>(x: &Tensor<B>, shape: Vec<usize>, dtype: DType) -> TensorIr {
+    TensorIr::uninit(x.client.create_empty_handle(), Shape::from(shape), dtype)
+}
+
+/// The forward's declared outputs (Note [Declared outputs]).
+fn forward_outputs<B: FusionBackend + FusedRnnBackend>(
+    desc: &RnnDescriptor,
+    x: &Tensor<B>,
+    training: bool,
+) -> Vec<TensorIr> {
+    let dtype = x.dtype();
+    let mut outs = vec![
+        uninit::<B>(x, desc.output_shape().to_vec(), dtype),
+        uninit::<B>(x, desc.hidden_shape().to_vec(), dtype),
+    ];
+    if desc.spec.mode.has_cell_state() {
+        outs.push(uninit::<B>(x, desc.cell_shape().to_vec(), dtype));
+    }
+    if training {
+        let device = x.client.device().clone();
+        for (shape, reserve_dtype) in B::fused_rnn_reserve_layout(desc, dtype, &device) {
+            outs.push(uninit::<B>(x, shape, reserve_dtype));
+        }
+    }
+    outs
+}
+
+fn register_forward<B: FusionBackend + FusedRnnBackend>(
+    desc: &RnnDescriptor,
+    inputs: RnnInputs<Fusion<B>>,
+    training: bool,
+) -> (RnnOutput<Fusion<B>>, Vec<Tensor<B>>) {
+    let present = Present {
+        h0: inputs.h0.is_some(),
+        c0: inputs.c0.is_some(),
+        c_n: false,
+        dy: false,
+        dh_n: false,
+        dc_n: false,
+    };
+    let client = inputs.x.client.clone();
+    let outputs = forward_outputs::<B>(desc, &inputs.x, training);
+    let tensors: Vec<Tensor<B>> = [Some(inputs.x), inputs.h0, inputs.c0, Some(inputs.weights)]
+        .into_iter()
+        .flatten()
+        .collect();
+    let streams = OperationStreams::with_inputs(tensors.iter());
+    let ir_inputs: Vec<TensorIr> = tensors.into_iter().map(FusionTensor::into_ir).collect();
+    let ir = CustomOpIr::new("fused_rnn_forward", &ir_inputs, &outputs);
+    let op = ForwardOp::<B> {
+        ir: ir.clone(),
+        desc: desc.clone(),
+        present,
+        training,
+        _backend: PhantomData,
+    };
+    let mut outs = client
+        .register(streams, OperationIr::Custom(ir), op)
+        .into_iter();
+    let y = outs.next().expect("declared y");
+    let h_n = outs.next().expect("declared h_n");
+    let c_n = desc
+        .spec
+        .mode
+        .has_cell_state()
+        .then(|| outs.next().expect("declared c_n"));
+    (RnnOutput { y, h_n, c_n }, outs.collect())
+}
+
+impl<B: FusionBackend + FusedRnnBackend> FusedRnnBackend for Fusion<B> {
+    fn fused_rnn_forward(desc: &RnnDescriptor, inputs: RnnInputs<Self>) -> RnnOutput<Self> {
+        register_forward::<B>(desc, inputs, false).0
+    }
+
+    fn fused_rnn_forward_training(
+        desc: &RnnDescriptor,
+        inputs: RnnInputs<Self>,
+    ) -> (RnnOutput<Self>, RnnReserve<Self>) {
+        let (out, reserve) = register_forward::<B>(desc, inputs, true);
+        (out, RnnReserve { tensors: reserve })
+    }
+
+    fn fused_rnn_reserve_layout(
+        desc: &RnnDescriptor,
+        dtype: DType,
+        device: &Self::Device,
+    ) -> Vec<(Vec<usize>, DType)> {
+        B::fused_rnn_reserve_layout(desc, dtype, device)
+    }
+
+    fn fused_rnn_backward(
+        desc: &RnnDescriptor,
+        inputs: RnnInputs<Self>,
+        output: RnnOutput<Self>,
+        reserve: RnnReserve<Self>,
+        grads: RnnOutputGrads<Self>,
+    ) -> RnnGrads<Self> {
+        let present = Present {
+            h0: inputs.h0.is_some(),
+            c0: inputs.c0.is_some(),
+            c_n: output.c_n.is_some(),
+            dy: grads.dy.is_some(),
+            dh_n: grads.dh_n.is_some(),
+            dc_n: grads.dc_n.is_some(),
+        };
+        let x = inputs.x;
+        let client = x.client.clone();
+        let dtype = x.dtype();
+        let has_cell = desc.spec.mode.has_cell_state();
+        let mut outputs = vec![
+            uninit::<B>(&x, desc.input_shape().to_vec(), dtype),
+            uninit::<B>(&x, desc.hidden_shape().to_vec(), dtype),
+        ];
+        if has_cell {
+            outputs.push(uninit::<B>(&x, desc.cell_shape().to_vec(), dtype));
+        }
+        outputs.push(uninit::<B>(&x, vec![desc.params_size()], dtype));
+
+        let reserve_len = reserve.tensors.len();
+        let tensors: Vec<Tensor<B>> = [Some(x), inputs.h0, inputs.c0, Some(inputs.weights)]
+            .into_iter()
+            .chain([Some(output.y), Some(output.h_n), output.c_n])
+            .flatten()
+            .chain(reserve.tensors)
+            .chain([grads.dy, grads.dh_n, grads.dc_n].into_iter().flatten())
+            .collect();
+        let streams = OperationStreams::with_inputs(tensors.iter());
+        let ir_inputs: Vec<TensorIr> = tensors.into_iter().map(FusionTensor::into_ir).collect();
+        let ir = CustomOpIr::new("fused_rnn_backward", &ir_inputs, &outputs);
+        let op = BackwardOp::<B> {
+            ir: ir.clone(),
+            desc: desc.clone(),
+            present,
+            reserve_len,
+            _backend: PhantomData,
+        };
+        let mut outs = client
+            .register(streams, OperationIr::Custom(ir), op)
+            .into_iter();
+        let dx = outs.next().expect("declared dx");
+        let dh0 = outs.next().expect("declared dh0");
+        let dc0 = has_cell.then(|| outs.next().expect("declared dc0"));
+        let dweights = outs.next().expect("declared dweights");
+        RnnGrads {
+            dx,
+            dh0,
+            dc0,
+            dweights,
+        }
+    }
+}
