@@ -44,6 +44,8 @@
 pub mod autodiff;
 pub mod backend;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cudnn;
 pub mod descriptor;
 #[cfg(feature = "fusion")]
 pub mod fusion;

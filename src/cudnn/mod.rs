@@ -1,0 +1,153 @@
+//! cuDNN's RNN kernels behind the fused op on Burn's CUDA backend (feature `cuda`).
+//!
+//! `CubeBackend<CudaRuntime, ..>` implements [`FusedRnnBackend`] with
+//! `cudnnRNNForward` (inference and training modes), `cudnnRNNBackwardData_v8` and
+//! `cudnnRNNBackwardWeights_v8`; through it `Fusion<..>` (= `burn::backend::Cuda`) and
+//! `Autodiff<..>` run cuDNN too. All of this crate's `unsafe` lives under this module.
+//!
+//! # Note [cuDNN call protocol]
+//!
+//! cubecl does not expose its CUDA stream. Per call: make every input contiguous, allocate
+//! outputs, workspace and reserve through cubecl, take each buffer's device pointer with
+//! `client.get_resource` (which also orders cubecl's stream after the buffer's producer),
+//! wait for cubecl with `client.sync()`, run cuDNN on a stream this crate owns (same
+//! primary context), synchronize that stream, and only then drop the resource guards. The
+//! cuDNN handle, the stream and the descriptors live per (thread, device).
+//!
+//! # Note [cuDNN fallback]
+//!
+//! The CUDA backend uses the reference path, never cuDNN, when:
+//! - libcudnn cannot be loaded, or its version is not 9.x ([`cudnn_version`], checked once,
+//!   one `log` warning);
+//! - the call has a sequence of length 0 (cuDNN requires lengths ≥ 1);
+//! - the dtype is not F32, F64, F16 or BF16, or cuDNN refuses the configuration when the
+//!   descriptors are built, or its weight space cannot be mapped to the canonical layout
+//!   (Note [Weight space verification] in [`weights`]); each such configuration is warned
+//!   about once per thread.
+//!
+//! The decision is a function of the descriptor, dtype and device only, so a training
+//! forward and its backward always take the same path. A cuDNN call that fails once the
+//! descriptors exist (out of memory, a driver error) panics with the call's name and
+//! status: the trait's methods have no error channel, and a half-run op has no result.
+//!
+//! # Precision
+//!
+//! F32 uses FMA math (no TF32) unless [`set_tf32`] switches TF32 on; F16 and BF16 store in
+//! half precision and compute in F32 (`mathPrec = FLOAT`, tensor-op math); F64 is F64.
+//!
+//! # Dropout
+//!
+//! cuDNN draws its own masks from a dropout descriptor seeded once per (config, thread,
+//! device) with the config's seed; later calls continue its random stream. The masks are
+//! therefore not the reference's (Note [Dropout seeds] in the module), and the parity suite
+//! leaves dropout out.
+
+mod ffi;
+mod rnn;
+pub mod weights;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+pub use ffi::CudnnError;
+
+#[allow(unused_imports)]
+use crate::backend::FusedRnnBackend;
+
+/// Why the CUDA backend runs the reference path instead of cuDNN (Note [cuDNN fallback]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fallback {
+    /// No loadable `libcudnn.so.9` (or any `libcudnn` cudarc looks for).
+    LibraryMissing,
+    /// A cuDNN whose version is not 9.x (`cudnnGetVersion`, e.g. 8907).
+    UnsupportedVersion(usize),
+}
+
+impl std::fmt::Display for Fallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fallback::LibraryMissing => write!(f, "libcudnn could not be loaded"),
+            Fallback::UnsupportedVersion(v) => write!(
+                f,
+                "expected cuDNN 9 (version 90000..100000), got version {v}"
+            ),
+        }
+    }
+}
+
+/// The detection logic, without touching the library: `present` says whether libcudnn
+/// loads, `version` reads `cudnnGetVersion` (called only when present).
+pub fn classify(present: bool, version: impl FnOnce() -> usize) -> Result<usize, Fallback> {
+    if !present {
+        return Err(Fallback::LibraryMissing);
+    }
+    match version() {
+        v @ 90_000..=99_999 => Ok(v),
+        v => Err(Fallback::UnsupportedVersion(v)),
+    }
+}
+
+/// The loaded cuDNN's version, detected once per process. When it is missing or not 9.x,
+/// logs one warning and returns why; the CUDA backend then runs the reference path.
+pub fn cudnn_version() -> Result<usize, Fallback> {
+    static DETECTED: OnceLock<Result<usize, Fallback>> = OnceLock::new();
+    DETECTED
+        .get_or_init(|| {
+            // SAFETY: is_culib_present only tries to dlopen cudarc's candidate library names
+            // and drops what it opened; it calls no cuDNN function.
+            let present = unsafe { cudarc::cudnn::sys::is_culib_present() };
+            let detected = classify(present, cudarc::cudnn::result::get_version);
+            if let Err(reason) = &detected {
+                log::warn!(
+                    "burn-fused-rnn: cuDNN is not used ({reason}); the CUDA backend runs the reference implementation"
+                );
+            }
+            detected
+        })
+        .clone()
+}
+
+static TF32: AtomicBool = AtomicBool::new(false);
+
+/// Lets cuDNN use TF32 tensor cores for F32 RNNs (off by default: F32 then matches the
+/// reference to 1e-4). Takes effect for configurations first seen after the call.
+pub fn set_tf32(enabled: bool) {
+    TF32.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether TF32 is on ([`set_tf32`]).
+pub fn tf32() -> bool {
+    TF32.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detection_accepts_only_a_loadable_cudnn_9() {
+        assert_eq!(classify(true, || 90_100), Ok(90_100));
+        assert_eq!(classify(true, || 91_400), Ok(91_400));
+        assert_eq!(
+            classify(true, || 8_907),
+            Err(Fallback::UnsupportedVersion(8_907))
+        );
+        assert_eq!(
+            classify(true, || 100_000),
+            Err(Fallback::UnsupportedVersion(100_000))
+        );
+        let mut asked = false;
+        assert_eq!(
+            classify(false, || {
+                asked = true;
+                90_000
+            }),
+            Err(Fallback::LibraryMissing)
+        );
+        assert!(!asked, "the version of a missing library is never read");
+        assert_eq!(
+            Fallback::UnsupportedVersion(8_907).to_string(),
+            "expected cuDNN 9 (version 90000..100000), got version 8907"
+        );
+    }
+}
