@@ -46,7 +46,7 @@ mod ffi;
 mod rnn;
 pub mod weights;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 pub use ffi::CudnnError;
@@ -108,6 +108,44 @@ pub fn cudnn_version() -> Result<usize, Fallback> {
 }
 
 static TF32: AtomicBool = AtomicBool::new(false);
+static ENABLED: AtomicBool = AtomicBool::new(true);
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Switches the cuDNN path off (`false`) or back on: while off, the CUDA backend runs the
+/// reference implementation. For comparisons and benchmarks; a training forward and its
+/// backward must run under the same setting.
+pub fn set_enabled(enabled: bool) {
+    ENABLED.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether the cuDNN path is switched on ([`set_enabled`]).
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// How many cuDNN RNN calls (forward, backward data, backward weights) this process has
+/// made: a diagnostic that shows which path ran.
+pub fn cudnn_calls() -> u64 {
+    CALLS.load(Ordering::Relaxed)
+}
+
+pub(crate) fn count_call() {
+    CALLS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Whether a CUDA driver and at least one CUDA device are present (the GPU tests skip
+/// without one). Never panics.
+pub fn cuda_device_available() -> Result<usize, String> {
+    // SAFETY: is_culib_present only tries to dlopen the driver library's candidate names.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err("no CUDA driver library (libcuda) could be loaded".into());
+    }
+    match cudarc::driver::CudaContext::device_count() {
+        Ok(n) if n > 0 => Ok(n as usize),
+        Ok(_) => Err("the CUDA driver reports no device".into()),
+        Err(e) => Err(format!("the CUDA driver reports no device ({e:?})")),
+    }
+}
 
 /// Lets cuDNN use TF32 tensor cores for F32 RNNs (off by default: F32 then matches the
 /// reference to 1e-4). Takes effect for configurations first seen after the call.

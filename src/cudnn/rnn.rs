@@ -119,6 +119,9 @@ fn prepared(
     dtype: DType,
     device: &CudaDevice,
 ) -> Option<(Rc<Prepared>, Rc<RefCell<DeviceState>>)> {
+    if !super::enabled() {
+        return None;
+    }
     super::cudnn_version().ok()?;
     if (0..desc.batch_size).any(|b| desc.seq_length_of(b) == 0) {
         return None;
@@ -522,6 +525,7 @@ fn finish(state: &DeviceState, call: &'static str, status: sys::cudnnStatus_t) {
             ffi::status_text(e.status)
         );
     }
+    super::count_call();
     state
         .stream
         .synchronize()
