@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Ratio table of the GPU benchmark: cuDNN path vs PyTorch (target: within 5%), vs the
 reference path on Cuda, and vs burn-nn on Cuda (target: at least 20x). Reads criterion's
-results of `cargo bench --features cuda --bench cuda` and target/criterion/torch_rnn.json
+results of `cargo bench --features cuda --bench gpu` and target/criterion/torch_rnn.json
 from `python3 benches/torch_rnn.py`."""
 
 import json
@@ -26,7 +26,7 @@ def fmt(v, unit=""):
 def main():
     groups = sorted(g for g in os.listdir(root) if g.startswith("cuda_")) if os.path.isdir(root) else []
     if not groups:
-        sys.exit(f"no results under {root}: run `cargo bench --features cuda --bench cuda` first")
+        sys.exit(f"no results under {root}: run `cargo bench --features cuda --bench gpu` first")
     torch_path = os.path.join(root, "torch_rnn.json")
     torch = json.load(open(torch_path)) if os.path.exists(torch_path) else {}
     print("| config | pass | cuDNN (ms) | PyTorch (ms) | cuDNN / PyTorch | reference / cuDNN | burn-nn / cuDNN |")

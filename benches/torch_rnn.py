@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Companion of `benches/cuda.rs`: times torch.nn.LSTM / torch.nn.GRU on cuDNN for the same
+"""Companion of `benches/gpu.rs`: times torch.nn.LSTM / torch.nn.GRU on cuDNN for the same
 sizes (I = H in {256, 1024}, B in {32, 128}, T = 100, 2 layers, uni/bidirectional, f32,
 TF32 off; forward under no_grad, and forward + backward of sum(y)), and writes
 target/criterion/torch_rnn.json for `benches/cuda_ratios.py`.
 
-Run on the same GPU machine as `cargo bench --features cuda --bench cuda`."""
+Run on the same GPU machine as `cargo bench --features cuda --bench gpu`."""
 
 import json
 import os

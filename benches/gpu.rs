@@ -7,7 +7,7 @@
 //! `sum(y)` under `Autodiff` (`fwdbwd`). f32, TF32 off.
 //!
 //! Run on a GPU machine (README, "GPU"):
-//! `cargo bench --features cuda --bench cuda` then `python3 benches/torch_rnn.py` and
+//! `cargo bench --features cuda --bench gpu` then `python3 benches/torch_rnn.py` and
 //! `python3 benches/cuda_ratios.py`. Without a CUDA device it prints why and measures
 //! nothing.
 
