@@ -118,11 +118,7 @@ pub trait FusedRnnBackend: Backend {
         device: &Self::Device,
     ) -> Vec<(Vec<usize>, DType)> {
         let _ = device;
-        let compute = reference::compute_dtype(dtype);
-        reference::reserve_shapes(desc)
-            .into_iter()
-            .map(|shape| (shape.to_vec(), compute))
-            .collect()
+        reference::reserve_layout(desc, dtype)
     }
 
     /// Backward pass (BPTT) from the output gradients, using the reserve of the training

@@ -762,13 +762,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedRnnBackend for Cuda<F
     ) -> Vec<(Vec<usize>, DType)> {
         match prepared(desc, dtype, device) {
             Some((p, _)) => vec![(vec![p.reserve_bytes.div_ceil(4).max(1)], DType::F32)],
-            None => {
-                let compute = reference::compute_dtype(dtype);
-                reference::reserve_shapes(desc)
-                    .into_iter()
-                    .map(|s| (s.to_vec(), compute))
-                    .collect()
-            }
+            None => reference::reserve_layout(desc, dtype),
         }
     }
 

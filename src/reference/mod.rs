@@ -175,6 +175,16 @@ pub fn reserve_shapes(desc: &RnnDescriptor) -> Vec<[usize; 3]> {
     shapes
 }
 
+/// [`reserve_shapes`] with their dtype, [`compute_dtype`] of the input's `dtype`: the
+/// default of `FusedRnnBackend::fused_rnn_reserve_layout`.
+pub fn reserve_layout(desc: &RnnDescriptor, dtype: DType) -> Vec<(Vec<usize>, DType)> {
+    let compute = compute_dtype(dtype);
+    reserve_shapes(desc)
+        .into_iter()
+        .map(|shape| (shape.to_vec(), compute))
+        .collect()
+}
+
 /// Slices one canonical tensor out of the flat weights.
 pub(crate) fn weight<B: Backend, const D: usize>(
     flat: &Tensor<B, 1>,
