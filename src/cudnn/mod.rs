@@ -37,8 +37,10 @@
 //!
 //! # Dropout
 //!
-//! cuDNN draws its own masks from a dropout descriptor seeded once per (config, thread,
-//! device) with the config's seed; later calls continue its random stream. The masks are
+//! cuDNN draws its own masks from a dropout descriptor built once per (config, thread,
+//! device) and seeded with the seed of the first call that needed it; later calls continue
+//! its random stream (re-seeding per call would re-initialize cuDNN's generator states each
+//! time). The masks are
 //! therefore not the reference's (Note [Dropout seeds] in the module), and the parity suite
 //! leaves dropout out.
 

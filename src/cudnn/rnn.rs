@@ -133,8 +133,12 @@ fn prepared(
             return None;
         }
     };
+    // One dropout descriptor per configuration: the per-call seed is not part of the key
+    // (module docs, "Dropout").
+    let mut key_desc = desc.clone();
+    key_desc.dropout.seed = 0;
     let key = Key {
-        desc: desc.clone(),
+        desc: key_desc,
         dtype,
         tf32: super::tf32(),
     };
