@@ -8,15 +8,8 @@ import json
 import os
 import sys
 
-root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "criterion")
-
-
-def mean_ms(group, impl, pass_):
-    path = os.path.join(root, group, impl, pass_, "new", "estimates.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)["mean"]["point_estimate"] / 1e6
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ratios import mean_ms, root  # noqa: E402  (same criterion layout as the CPU benches)
 
 
 def fmt(v, unit=""):

@@ -4,7 +4,7 @@
 //! many layers and both directions, variable-length batches, run as ONE op.
 //!
 //! - On every backend the op has a reference implementation written with Burn tensor
-//!   ops ([`reference`]): one GEMM for the input projection of all time steps, one
+//!   ops ([`mod@reference`]): one GEMM for the input projection of all time steps, one
 //!   recurrent GEMM per step.
 //! - Weights live in [`FusedRnn`], whose record holds the canonical tensors (PyTorch
 //!   names and orientation, cuDNN gate order; see [`layout`]), so Burn's recorders save and
@@ -18,7 +18,8 @@
 //! ## Tour
 //!
 //! config ([`config`]) → layout ([`layout`]) → call descriptor ([`descriptor`]) → backend
-//! trait ([`backend`]) → reference ([`reference`]) → module ([`FusedRnn`]).
+//! trait ([`backend`]) → reference ([`mod@reference`]) → module ([`FusedRnn`]); per backend:
+//! `fusion` (any `Fusion<B>`), `cudnn` (CUDA), and the parity suite `testing`.
 //!
 //! ## Example
 //!

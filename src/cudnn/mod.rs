@@ -1,6 +1,6 @@
 //! cuDNN's RNN kernels behind the fused op on Burn's CUDA backend (feature `cuda`).
 //!
-//! `CubeBackend<CudaRuntime, ..>` implements [`FusedRnnBackend`] with
+//! `CubeBackend<CudaRuntime, ..>` implements [`FusedRnnBackend`](crate::FusedRnnBackend) with
 //! `cudnnRNNForward` (inference and training modes), `cudnnRNNBackwardData_v8` and
 //! `cudnnRNNBackwardWeights_v8`; through it `Fusion<..>` (= `burn::backend::Cuda`) and
 //! `Autodiff<..>` run cuDNN too. All of this crate's `unsafe` lives under this module.
@@ -52,9 +52,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 pub use ffi::CudnnError;
-
-#[allow(unused_imports)]
-use crate::backend::FusedRnnBackend;
 
 /// Why the CUDA backend runs the reference path instead of cuDNN (Note [cuDNN fallback]).
 #[derive(Debug, Clone, PartialEq, Eq)]
