@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""Prints the ratio table of the criterion benches: burn-nn's time / the fused op's time,
-per backend, size and mode. Run after `cargo bench --bench forward`."""
+"""Prints the CPU ratio table from one run of `cargo bench --bench cpu` and
+`benches/torch_cpu.py`: per backend, configuration and pass, the fused op's time, PyTorch's
+and burn-nn's, the ratios fused / PyTorch (1.00 = parity, lower is better) and
+burn-nn / fused (higher is better), and the peak heap of one training step, fused / burn-nn.
+"""
 
 import json
 import os
@@ -9,28 +12,55 @@ import sys
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "criterion")
 
 
-def mean_ms(group, impl, mode):
-    path = os.path.join(root, group, impl, mode, "new", "estimates.json")
+def mean_ms(*parts):
+    path = os.path.join(root, *parts, "new", "estimates.json")
     if not os.path.exists(path):
         return None
     with open(path) as f:
         return json.load(f)["mean"]["point_estimate"] / 1e6
 
 
+def load(name):
+    path = os.path.join(root, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def fmt(v, spec=".1f"):
+    return "—" if v is None else format(v, spec)
+
+
 def main():
-    bench = sys.argv[1] if len(sys.argv) > 1 else "forward"
-    # criterion stores group "forward/ndarray/H256_B32_T50" as "forward_ndarray_H256_B32_T50".
-    groups = sorted(g for g in os.listdir(root) if g.startswith(bench + "_")) if os.path.isdir(root) else []
+    # criterion stores group "cpu/ndarray/lstm_H256_B32_T50" as "cpu_ndarray_lstm_H256_B32_T50".
+    groups = sorted(g for g in os.listdir(root) if g.startswith("cpu_")) if os.path.isdir(root) else []
     if not groups:
-        sys.exit(f"no results under {root}: run `cargo bench --bench {bench}` first")
-    print("| backend | size | mode | fused (ms) | burn-nn (ms) | burn-nn / fused |")
-    print("|---|---|---|---|---|---|")
+        sys.exit(f"no results under {root}: run `cargo bench --bench cpu` first")
+    torch = load("torch_cpu.json") or {"configs": {}}
+    heap = load("cpu_heap.json") or {}
+    if torch.get("torch"):
+        print(f"PyTorch {torch['torch']}, {torch['threads']} threads")
+    print("| backend | config | pass | fused (ms) | PyTorch (ms) | burn-nn (ms) | fused / PyTorch | burn-nn / fused | peak heap fused / burn-nn (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for group in groups:
-        backend, size = group[len(bench) + 1:].split("_", 1)
-        for mode in ["lstm", "gru"]:
-            fused, nn = mean_ms(group, "fused", mode), mean_ms(group, "burn_nn", mode)
-            if fused and nn:
-                print(f"| {backend} | {size} | {mode} | {fused:.1f} | {nn:.1f} | {nn / fused:.2f}x |")
+        backend, config = group[len("cpu_"):].split("_", 1)
+        for pas in ["fwd", "train"]:
+            fused = mean_ms(group, "fused", pas)
+            nn = mean_ms(group, "burn_nn", pas)
+            pt = torch["configs"].get(config, {}).get(pas)
+            if fused is None:
+                continue
+            vs_torch = fused / pt if pt else None
+            vs_nn = nn / fused if nn else None
+            mem = ""
+            if pas == "train":
+                hf, hn = heap.get(f"{backend}/{config}/fused"), heap.get(f"{backend}/{config}/burn_nn")
+                mem = f"{fmt(hf)} / {fmt(hn)}"
+            print(
+                f"| {backend} | {config} | {pas} | {fmt(fused, '.2f')} | {fmt(pt, '.2f')} | {fmt(nn, '.2f')} "
+                f"| {fmt(vs_torch, '.2f')} | {fmt(vs_nn, '.1f')}x | {mem} |"
+            )
 
 
 if __name__ == "__main__":

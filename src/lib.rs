@@ -3,9 +3,12 @@
 //! Fused recurrent layers for [Burn](https://burn.dev): LSTM, GRU, RNN-tanh and RNN-relu,
 //! many layers and both directions, variable-length batches, run as ONE op.
 //!
-//! - On every backend the op has a reference implementation written with Burn tensor
-//!   ops ([`mod@reference`]): one GEMM for the input projection of all time steps, one
-//!   recurrent GEMM per step.
+//! - On NdArray and Flex the op runs a native CPU kernel: GEMMs from the `gemm` crate on
+//!   rayon's pool and one fused, vectorised element-wise pass per step (see the README's
+//!   "Design" section).
+//! - On CUDA it runs cuDNN (feature `cuda`).
+//! - Every other backend runs the reference implementation written with Burn tensor ops
+//!   ([`mod@reference`]), which is also the oracle the others are tested against.
 //! - Weights live in [`FusedRnn`], whose record holds the canonical tensors (PyTorch
 //!   names and orientation, cuDNN gate order; see [`layout`]), so Burn's recorders save and
 //!   restore checkpoints on any backend.
@@ -17,9 +20,10 @@
 //!
 //! ## Tour
 //!
-//! config ([`config`]) → layout ([`layout`]) → call descriptor ([`descriptor`]) → backend
-//! trait ([`backend`]) → reference ([`mod@reference`]) → module ([`FusedRnn`]); per backend:
-//! `fusion` (any `Fusion<B>`), `cudnn` (CUDA), and the parity suite `testing`.
+//! config ([`config`]) → layout ([`layout`]) → call descriptor ([`descriptor`]) → the op's
+//! value types ([`op_types`]) → implementations (the reference [`mod@reference`], the
+//! native CPU kernel, `cudnn`, `fusion`, `autodiff`) → backend trait ([`backend`]) →
+//! module ([`FusedRnn`]); and the parity suite `testing`.
 //!
 //! ## Example
 //!
@@ -45,6 +49,8 @@
 pub mod autodiff;
 pub mod backend;
 pub mod config;
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cudnn;
 pub mod descriptor;
@@ -52,6 +58,7 @@ pub mod descriptor;
 pub mod fusion;
 pub mod layout;
 mod module;
+pub mod op_types;
 pub mod ops;
 pub mod reference;
 #[cfg(feature = "testing")]
@@ -63,31 +70,6 @@ pub use descriptor::{DropoutSpec, RnnDescriptor};
 pub use layout::{params_size, ParamKind, RnnLayout};
 pub use module::{FusedRnn, FusedRnnLoadError, FusedRnnRecord, RnnCell, RnnCellRecord, RnnState};
 pub use ops::{fused_rnn, FusedRnnOutput};
-
-#[cfg(feature = "ndarray")]
-mod impls_ndarray {
-    use burn::backend::ndarray::{
-        FloatNdArrayElement, IntNdArrayElement, NdArray, NdArrayTensor, QuantElement, SharedArray,
-    };
-
-    impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> crate::FusedRnnBackend
-        for NdArray<E, I, Q>
-    where
-        NdArrayTensor: From<SharedArray<E>>,
-        NdArrayTensor: From<SharedArray<I>>,
-    {
-        fn fused_rnn_reference_threads() -> usize {
-            crate::reference::host_threads()
-        }
-    }
-}
-
-#[cfg(feature = "flex")]
-impl crate::FusedRnnBackend for burn::backend::Flex {
-    fn fused_rnn_reference_threads() -> usize {
-        crate::reference::host_threads()
-    }
-}
 
 /// Burn's Wgpu backend without fusion: the reference path, on the GPU (or on the CPU
 /// through a Vulkan driver such as lavapipe). `burn::backend::Wgpu` with Burn's default

@@ -21,7 +21,9 @@
 //!
 //! With seeded random inputs, initial states, weights and output gradients (the same
 //! values on both sides: they are first rounded to the dtype under test, then read back in
-//! `f64` for the reference):
+//! `f64` for the reference; the reference runs [`crate::reference`]'s functions directly on
+//! `NdArray<f64>`, never through a backend's trait impl, so a backend's native kernel is
+//! always compared with the reference and never with itself):
 //!
 //! 1. the inference forward (`fused_rnn_forward`): `y`, `h_n`, `c_n`;
 //! 2. under `Autodiff<B>`, the training forward (`fused_rnn_forward_training`, through the
@@ -34,10 +36,20 @@
 //!
 //! Every mode × 1, 2, 3 layers × uni- and bidirectional × full or variable lengths ×
 //! batch-first or sequence-first, plus LSTM with projection over the same grid, plus skip
-//! input without biases for each mode: 124 cases, each small (`d_input` 5, `d_hidden` 4,
-//! projection 3, `seq_length` 5, `batch_size` 3, lengths `[5, 2, 4]`). Dropout is left out: its
-//! masks come from each implementation's own random generator (cuDNN's differs from the
-//! reference's), so its outputs are not comparable across implementations.
+//! input without biases for each mode, plus the *garbage padding* cases: 134 cases, each
+//! small (`d_input` 5, `d_hidden` 4, projection 3, `seq_length` 5, `batch_size` 3, lengths
+//! `[5, 2, 4]`). Dropout is left out: its masks come from each implementation's own random
+//! generator (cuDNN's differs from the reference's), so its outputs are not comparable
+//! across implementations.
+//!
+//! # Garbage padding
+//!
+//! Padding must never leak (Note [Padding never leaks] in [`crate::reference`]). In the
+//! garbage-padding cases (2-layer bidirectional, variable lengths, every mode, LSTM also
+//! with projection, both layouts) every padded slot of the backend's `x` and of the output
+//! gradient `dy` holds NaN, ±inf or ±1e30, while the reference runs on the same inputs with
+//! zeros there: every output and gradient must still match, and `dx` must be zero in the
+//! padded slots.
 //!
 //! # Tolerances ([`Tolerance::for_dtype`])
 //!
@@ -92,6 +104,9 @@ pub struct ParityCase {
     pub batch_first: bool,
     /// Skip input (`InputMode::Skip`, needs `d_input == d_hidden`) and no biases.
     pub skip_input_no_bias: bool,
+    /// NaN, ±inf and ±1e30 in every padded slot of the backend's `x` and `dy` (module
+    /// docs); needs `variable_lengths`.
+    pub garbage_padding: bool,
 }
 
 const D_INPUT: usize = 5;
@@ -113,6 +128,9 @@ impl ParityCase {
         }
         if self.skip_input_no_bias {
             name.push_str("-skip-nobias");
+        }
+        if self.garbage_padding {
+            name.push_str("-garbage");
         }
         name.push_str(if self.variable_lengths {
             "-varlen"
@@ -186,6 +204,7 @@ pub fn parity_cases() -> Vec<ParityCase> {
                                 variable_lengths,
                                 batch_first,
                                 skip_input_no_bias: false,
+                                garbage_padding: false,
                             });
                         }
                     }
@@ -200,10 +219,28 @@ pub fn parity_cases() -> Vec<ParityCase> {
             variable_lengths: true,
             batch_first: true,
             skip_input_no_bias: true,
+            garbage_padding: false,
         });
+        for &proj_size in projections {
+            for batch_first in [false, true] {
+                cases.push(ParityCase {
+                    mode,
+                    num_layers: 2,
+                    bidirectional: true,
+                    proj_size,
+                    variable_lengths: true,
+                    batch_first,
+                    skip_input_no_bias: false,
+                    garbage_padding: true,
+                });
+            }
+        }
     }
     cases
 }
+
+/// The values written into padded slots in the garbage-padding cases, in turn.
+const GARBAGE: [f64; 5] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e30, -1e30];
 
 /// Relative and absolute tolerance of one comparison (module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -313,6 +350,34 @@ impl Data {
         Tensor::from_data(data, (device, dtype))
     }
 
+    /// A copy with every padded slot (steps past each sequence's length) of a sequence
+    /// tensor in `desc`'s layout set to [`GARBAGE`] values.
+    fn with_garbage(&self, desc: &RnnDescriptor) -> Self {
+        let features = self.shape[2];
+        let mut values = self.values.clone();
+        let mut k = 0;
+        for t in 0..desc.seq_length {
+            for b in 0..desc.batch_size {
+                if t < desc.seq_length_of(b) {
+                    continue;
+                }
+                let slot = if desc.batch_first {
+                    b * desc.seq_length + t
+                } else {
+                    t * desc.batch_size + b
+                };
+                for v in &mut values[slot * features..(slot + 1) * features] {
+                    *v = GARBAGE[k % GARBAGE.len()];
+                    k += 1;
+                }
+            }
+        }
+        Self {
+            shape: self.shape.clone(),
+            values,
+        }
+    }
+
     /// Rounds the values to `dtype`, so that both sides see the same numbers.
     fn round_to(mut self, dtype: DType) -> Self {
         let data = TensorData::new(self.values, self.shape.clone())
@@ -325,6 +390,9 @@ impl Data {
 
 struct CaseData {
     x: Data,
+    /// What the backend gets as `x` and `dy`: `x` and `dy`, or with garbage padding.
+    x_backend: Data,
+    dy_backend: Data,
     h0: Data,
     c0: Option<Data>,
     weights: Data,
@@ -334,15 +402,44 @@ struct CaseData {
 }
 
 impl CaseData {
-    fn new(desc: &RnnDescriptor, dtype: DType) -> Self {
+    fn new(desc: &RnnDescriptor, dtype: DType, garbage: bool) -> Self {
         let lstm = desc.spec.mode.has_cell_state();
         let w_scale = 1.0 / (desc.spec.d_hidden as f64).sqrt();
+        // The reference sees zeros in padded slots; the backend, with garbage padding,
+        // NaN, ±inf and ±1e30 there.
+        let zero_padded = |d: Data| {
+            let mut d = d.with_garbage(desc);
+            d.values
+                .iter_mut()
+                .filter(|v| !v.is_finite() || v.abs() >= 1e30)
+                .for_each(|v| *v = 0.0);
+            d
+        };
+        let x = Data::new(1, &desc.input_shape(), 1.0).round_to(dtype);
+        let dy = Data::new(5, &desc.output_shape(), 1.0).round_to(dtype);
+        let (x, dy) = if garbage {
+            (zero_padded(x), zero_padded(dy))
+        } else {
+            (x, dy)
+        };
+        let backend = |d: &Data| {
+            if garbage {
+                d.with_garbage(desc).round_to(dtype)
+            } else {
+                Data {
+                    shape: d.shape.clone(),
+                    values: d.values.clone(),
+                }
+            }
+        };
         Self {
-            x: Data::new(1, &desc.input_shape(), 1.0).round_to(dtype),
+            x_backend: backend(&x),
+            dy_backend: backend(&dy),
+            x,
             h0: Data::new(2, &desc.hidden_shape(), 0.5).round_to(dtype),
             c0: lstm.then(|| Data::new(3, &desc.cell_shape(), 0.5).round_to(dtype)),
             weights: Data::new(4, &[desc.params_size()], w_scale).round_to(dtype),
-            dy: Data::new(5, &desc.output_shape(), 1.0).round_to(dtype),
+            dy,
             dh_n: Data::new(6, &desc.hidden_shape(), 1.0).round_to(dtype),
             dc_n: lstm.then(|| Data::new(7, &desc.cell_shape(), 1.0).round_to(dtype)),
         }
@@ -397,7 +494,8 @@ fn reference_results(desc: &RnnDescriptor, data: &CaseData) -> Results {
             .map(|c| prim(c.to_tensor::<R, 3>(&device, f64_))),
         weights: prim(data.weights.to_tensor::<R, 1>(&device, f64_)),
     };
-    let (out, reserve) = R::fused_rnn_forward_training(desc, inputs());
+    // The reference's functions, not `R`'s trait impl (module docs).
+    let (out, reserve) = crate::reference::forward_training::<R>(desc, inputs());
     let mut results = outputs_named::<R>("", out.y.clone(), out.h_n.clone(), out.c_n.clone());
     results.extend(outputs_named::<R>(
         "train ",
@@ -405,7 +503,7 @@ fn reference_results(desc: &RnnDescriptor, data: &CaseData) -> Results {
         out.h_n.clone(),
         out.c_n.clone(),
     ));
-    let grads = R::fused_rnn_backward(
+    let grads = crate::reference::backward::<R>(
         desc,
         inputs(),
         out,
@@ -455,7 +553,7 @@ fn backend_results<B: FusedRnnBackend>(
     // 1. Inference forward, untracked.
     let out = fused_rnn::<B>(
         desc,
-        data.x.to_tensor(device, dtype),
+        data.x_backend.to_tensor(device, dtype),
         Some(data.h0.to_tensor(device, dtype)),
         data.c0.as_ref().map(|c| c.to_tensor(device, dtype)),
         data.weights.to_tensor(device, dtype),
@@ -467,7 +565,10 @@ fn backend_results<B: FusedRnnBackend>(
 
     // 2. and 3. Training forward and backward through the op's autodiff node.
     type A<B> = Autodiff<B>;
-    let x = data.x.to_tensor::<A<B>, 3>(device, dtype).require_grad();
+    let x = data
+        .x_backend
+        .to_tensor::<A<B>, 3>(device, dtype)
+        .require_grad();
     let h0 = data.h0.to_tensor::<A<B>, 3>(device, dtype).require_grad();
     let c0 = data
         .c0
@@ -478,7 +579,7 @@ fn backend_results<B: FusedRnnBackend>(
         .to_tensor::<A<B>, 1>(device, dtype)
         .require_grad();
     let out = fused_rnn::<A<B>>(desc, x.clone(), Some(h0.clone()), c0.clone(), w.clone());
-    let mut loss = (out.output.clone() * data.dy.to_tensor::<A<B>, 3>(device, dtype)).sum()
+    let mut loss = (out.output.clone() * data.dy_backend.to_tensor::<A<B>, 3>(device, dtype)).sum()
         + (out.hidden.clone() * data.dh_n.to_tensor::<A<B>, 3>(device, dtype)).sum();
     if let (Some(c), Some(dc)) = (&out.cell, &data.dc_n) {
         loss = loss + (c.clone() * dc.to_tensor::<A<B>, 3>(device, dtype)).sum();
@@ -584,7 +685,7 @@ pub fn check_case<B: FusedRnnBackend>(
     dtype: DType,
 ) -> Result<(), Box<ParityFailure>> {
     let desc = case.descriptor();
-    let data = CaseData::new(&desc, dtype);
+    let data = CaseData::new(&desc, dtype, case.garbage_padding);
     let tolerance = Tolerance::for_dtype(dtype);
     let expected = reference_results(&desc, &data);
     let got = backend_results::<B>(&desc, &data, device, dtype);
@@ -729,7 +830,7 @@ mod tests {
     #[test]
     fn the_grid_covers_every_axis() {
         let cases = parity_cases();
-        assert_eq!(cases.len(), 124);
+        assert_eq!(cases.len(), 134);
         let names: std::collections::HashSet<String> = cases.iter().map(|c| c.name()).collect();
         assert_eq!(names.len(), cases.len(), "case names are unique");
         for layers in 1..=3 {
@@ -740,5 +841,34 @@ mod tests {
         assert!(cases
             .iter()
             .all(|c| c.proj_size.is_none() || c.mode == RnnMode::Lstm));
+        for mode in [
+            RnnMode::Lstm,
+            RnnMode::Gru,
+            RnnMode::RnnTanh,
+            RnnMode::RnnRelu,
+        ] {
+            assert!(cases
+                .iter()
+                .any(|c| c.mode == mode && c.garbage_padding && c.variable_lengths));
+        }
+        // The garbage really sits in the padded slots, and nowhere else.
+        let case = cases
+            .iter()
+            .find(|c| c.garbage_padding)
+            .expect("a garbage case");
+        let desc = case.descriptor();
+        let data = CaseData::new(&desc, DType::F32, true);
+        let bad = data
+            .x_backend
+            .values
+            .iter()
+            .filter(|v| !v.is_finite() || v.abs() >= 1e30);
+        let padded_slots = (0..BATCH).map(|b| SEQ - LENGTHS[b]).sum::<usize>();
+        assert_eq!(bad.count(), padded_slots * desc.spec.d_input);
+        assert!(data
+            .x
+            .values
+            .iter()
+            .all(|v| v.is_finite() && v.abs() < 1e30));
     }
 }

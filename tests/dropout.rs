@@ -4,9 +4,10 @@
 mod common;
 
 use burn::backend::{Autodiff, NdArray};
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::{DType, Tensor, TensorMetadata, TensorPrimitive};
 use burn_fused_rnn::{
-    DropoutSpec, FusedRnnBackend, FusedRnnConfig, RnnDescriptor, RnnInputs, RnnMode, RnnOutputGrads,
+    reference, DropoutSpec, FusedRnnBackend, FusedRnnConfig, RnnDescriptor, RnnInputs, RnnMode,
+    RnnOutputGrads,
 };
 use common::{check, report, tensor, Tol};
 
@@ -133,15 +134,15 @@ fn backward_applies_the_forward_masks() {
             .into_scalar()
     };
     let (inputs, out, reserve) = run(&w, &x);
-    let shapes: Vec<[usize; 3]> = reserve
+    let layout: Vec<(Vec<usize>, DType)> = reserve
         .tensors
         .iter()
-        .map(|t| Tensor::<Plain, 3>::from_primitive(TensorPrimitive::Float(t.clone())).dims())
+        .map(|t| (t.shape().to_vec(), t.dtype()))
         .collect();
     assert_eq!(
-        shapes,
-        burn_fused_rnn::reference::reserve_shapes(&desc),
-        "reserve with dropout masks"
+        layout,
+        Plain::fused_rnn_reserve_layout(&desc, DType::F64, &device),
+        "reserve with dropout"
     );
     let g = Plain::fused_rnn_backward(
         &desc,
@@ -190,4 +191,78 @@ fn backward_applies_the_forward_masks() {
         .filter_map(Result::err)
         .collect(),
     );
+}
+
+/// The native CPU kernel draws the reference's masks (Note [Dropout masks] in
+/// `burn_fused_rnn::reference`): with dropout, its training forward and backward equal the
+/// reference's, in both layouts, with padding, on NdArray f64, NdArray f32 and Flex.
+#[test]
+fn native_kernel_draws_the_reference_masks() {
+    fn run<B: FusedRnnBackend>(batch_first: bool, tol: Tol) {
+        let device = Default::default();
+        let spec = config(3, 0.3).spec();
+        let desc = RnnDescriptor::new(
+            spec,
+            5,
+            3,
+            batch_first,
+            Some(vec![5, 2, 4]),
+            DropoutSpec {
+                probability: 0.3,
+                seed: 99,
+            },
+        );
+        let n = desc.params_size();
+        let prim1 = |v: &[f64]| {
+            tensor::<B, 1>(v, [v.len()], &device)
+                .into_primitive()
+                .tensor()
+        };
+        let prim3 = |v: &[f64], shape: [usize; 3]| {
+            tensor::<B, 3>(v, shape, &device).into_primitive().tensor()
+        };
+        let inputs = RnnInputs::<B> {
+            x: prim3(&data(3 * 5 * 3, 21), desc.input_shape()),
+            h0: None,
+            c0: None,
+            weights: prim1(&data(n, 22)),
+        };
+        let gy = data(3 * 5 * 8, 23);
+        let grads = || RnnOutputGrads::<B> {
+            dy: Some(prim3(&gy, desc.output_shape())),
+            dh_n: None,
+            dc_n: None,
+        };
+        let (out_r, res_r) = reference::forward_training::<B>(&desc, inputs.clone());
+        let (out_n, res_n) = B::fused_rnn_forward_training(&desc, inputs.clone());
+        let float3 = |t| Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(t));
+        let float1 = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
+        let ctx = format!("dropout 0.3, 3 layers, batch_first = {batch_first}");
+        let mut failures = Vec::new();
+        failures.extend(
+            check(
+                &ctx,
+                "y",
+                float3(out_n.y.clone()),
+                &vec(float3(out_r.y.clone())),
+                tol,
+            )
+            .err(),
+        );
+        let g_r = reference::backward::<B>(&desc, inputs.clone(), out_r, res_r, grads());
+        let g_n = B::fused_rnn_backward(&desc, inputs, out_n, res_n, grads());
+        failures.extend(check(&ctx, "dx", float3(g_n.dx), &vec(float3(g_r.dx)), tol).err());
+        let dw_r: Vec<f64> = float1(g_r.dweights)
+            .into_data()
+            .convert::<f64>()
+            .to_vec()
+            .unwrap();
+        failures.extend(check(&ctx, "dweights", float1(g_n.dweights), &dw_r, tol).err());
+        report(failures);
+    }
+    for batch_first in [false, true] {
+        run::<Plain>(batch_first, common::F64);
+        run::<NdArray<f32>>(batch_first, common::F32);
+        run::<burn::backend::Flex>(batch_first, common::F32);
+    }
 }

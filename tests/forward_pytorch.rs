@@ -1,11 +1,13 @@
 //! Forward outputs and final states against PyTorch (float64 fixtures): every mode, 1–3
 //! layers, both directions, projection, no bias, skip input, batch-first, variable lengths
-//! (unsorted, with zeros), given and absent initial states.
+//! (unsorted, with zeros), given and absent initial states. Through the module on each CPU
+//! backend (the native kernel), and through the reference's `forward` called directly.
 
 mod common;
 
 use burn::backend::{Flex, NdArray};
-use burn_fused_rnn::{FusedRnnBackend, RnnState};
+use burn::tensor::{Tensor, TensorPrimitive};
+use burn_fused_rnn::{reference, DropoutSpec, FusedRnnBackend, RnnDescriptor, RnnInputs, RnnState};
 use common::{array, check, fixtures, report, Tol, F32, F64};
 
 fn forward_matches_pytorch<B: FusedRnnBackend>(backend: &str, tol: Tol) {
@@ -55,6 +57,51 @@ fn forward_matches_pytorch_ndarray_f32() {
 #[test]
 fn forward_matches_pytorch_flex_f32() {
     forward_matches_pytorch::<Flex>("flex", F32);
+}
+
+/// The reference's inference forward on `B`, called directly.
+fn reference_forward_matches_pytorch<B: FusedRnnBackend>(backend: &str, tol: Tol) {
+    let device = B::Device::default();
+    let prim = |t: Tensor<B, 3>| t.into_primitive().tensor();
+    let mut failures = Vec::new();
+    for case in &fixtures().cases {
+        let desc = RnnDescriptor::new(
+            case.config().spec(),
+            case.seq_length,
+            case.batch_size,
+            case.batch_first,
+            case.lengths.clone(),
+            DropoutSpec::NONE,
+        );
+        let params = case.flat_params();
+        let inputs = RnnInputs::<B> {
+            x: prim(array::<B, 3>(&case.x, &device)),
+            h0: case.h0.as_ref().map(|a| prim(array::<B, 3>(a, &device))),
+            c0: case.c0.as_ref().map(|a| prim(array::<B, 3>(a, &device))),
+            weights: common::tensor::<B, 1>(&params, [params.len()], &device)
+                .into_primitive()
+                .tensor(),
+        };
+        let out = reference::forward::<B>(&desc, inputs);
+        let float = |t| Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(t));
+        let ctx = format!("{backend} / {}", case.name);
+        failures.extend(check(&ctx, "output", float(out.y), &case.y.data, tol).err());
+        failures.extend(check(&ctx, "h_n", float(out.h_n), &case.h_n.data, tol).err());
+        if let (Some(c), Some(expected)) = (out.c_n, &case.c_n) {
+            failures.extend(check(&ctx, "c_n", float(c), &expected.data, tol).err());
+        }
+    }
+    report(failures);
+}
+
+#[test]
+fn reference_forward_matches_pytorch_ndarray_f64() {
+    reference_forward_matches_pytorch::<NdArray<f64>>("reference on ndarray<f64>", F64);
+}
+
+#[test]
+fn reference_forward_matches_pytorch_flex() {
+    reference_forward_matches_pytorch::<Flex>("reference on flex", F32);
 }
 
 #[test]

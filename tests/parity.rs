@@ -7,7 +7,17 @@
 
 use burn::tensor::DType;
 
+// NdArray and Flex run the native CPU kernel; the suite's reference is the Burn-ops
+// reference on NdArray f64, called directly, so `ndarray_f64` compares the kernel in f64
+// with it (tolerance 1e-9 relative).
 burn_fused_rnn::testgen!(ndarray_f32, burn::backend::NdArray<f32>, Default::default());
+
+burn_fused_rnn::testgen!(
+    ndarray_f64,
+    burn::backend::NdArray<f64>,
+    Default::default(),
+    [DType::F64]
+);
 
 burn_fused_rnn::testgen!(
     flex,

@@ -1250,7 +1250,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedRnnBackend for Cuda<F
     fn fused_rnn_forward(desc: &RnnDescriptor, inputs: RnnInputs<Self>) -> RnnOutput<Self> {
         match prepared(desc, inputs.x.dtype, &inputs.x.device) {
             Some((p, state)) => forward::<F, I, BT>(&p, &state, desc, inputs, false).0,
-            None => reference::forward_with::<Self>(desc, inputs, false),
+            None => reference::forward::<Self>(desc, inputs),
         }
     }
 
@@ -1269,7 +1269,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedRnnBackend for Cuda<F
                     },
                 )
             }
-            None => reference::forward_training::<Self>(desc, inputs, false),
+            None => reference::forward_training::<Self>(desc, inputs),
         }
     }
 
@@ -1293,7 +1293,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedRnnBackend for Cuda<F
     ) -> RnnGrads<Self> {
         // The reserve says which path the training forward took (Note [cuDNN fallback]).
         if !is_cudnn_reserve(&reserve) {
-            return reference::backward::<Self>(desc, inputs, output, reserve, grads, false);
+            return reference::backward::<Self>(desc, inputs, output, reserve, grads);
         }
         match prepared(desc, inputs.x.dtype, &inputs.x.device) {
             Some((p, state)) => {

@@ -6,18 +6,22 @@
 //! gradients and the input gradient then take one GEMM each over all steps.
 //!
 //! Variable lengths (Note [Variable lengths]): the forward holds the state at invalid
-//! steps, `s_t = m h'_t + (1 - m) s_{t-1}`, and outputs `m h'_t`; so the gradient of `h'_t`
-//! is `m (dy_t + ds_t)` and `(1 - m) ds_t` flows past the step unchanged. No gradient flows
-//! from padding, and each final state's gradient enters at the sequence's own last step.
+//! steps and outputs zero there; so at a padded step the state's gradient flows past the
+//! step unchanged, and the step's own gradients are zero. No gradient flows from padding,
+//! and each final state's gradient enters at the sequence's own last step. Both are
+//! *selected* (Note [Padding never leaks]): values computed for padded rows may be NaN
+//! (the forward saved whatever the padded input produced), and a selection drops them
+//! where a multiplication by zero would not.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorMetadata};
 
-use super::{cast, cast_inputs, cast_output, compute_dtype, float, par, prim, step_masks, weight};
-use crate::backend::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
+use super::Padding;
+use super::{cast, cast_inputs, cast_output, compute_dtype, float, prim, reserve_shapes, weight};
 use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
 use crate::layout::{ParamKind, RnnLayout};
+use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 
 /// What the forward saved for one layer and direction, `[T, B, *]`, time order.
 struct DirSaved<B: Backend> {
@@ -37,11 +41,20 @@ struct LayerSaved<B: Backend> {
 
 fn parse_reserve<B: Backend>(desc: &RnnDescriptor, reserve: RnnReserve<B>) -> Vec<LayerSaved<B>> {
     let spec = &desc.spec;
+    // A reserve made by another implementation, or for another call, is a caller's
+    // mistake: say so before reading it (its tensors would be misread, or run out).
+    let expected = reserve_shapes(desc);
+    let got: Vec<Vec<usize>> = reserve.tensors.iter().map(|t| t.shape().to_vec()).collect();
+    let fits = got.len() == expected.len() && got.iter().zip(&expected).all(|(g, e)| g == e);
+    assert!(
+        fits,
+        "expected reserve to be the reference's training-forward reserve for this call \
+         ({} tensors of shapes {expected:?}, Note [Reserve layout]), got {} tensors of shapes {got:?}",
+        expected.len(),
+        got.len()
+    );
     let mut it = reserve.tensors.into_iter().map(float::<B, 3>);
-    let mut next = || {
-        it.next()
-            .expect("reserve holds every tensor of Note [Reserve layout]")
-    };
+    let mut next = || it.next().expect("checked above");
     (0..spec.num_layers)
         .map(|layer| {
             let input = (layer > 0).then(&mut next);
@@ -103,9 +116,8 @@ fn backward_dir<B: Backend>(
     dy: Tensor<B, 3>,
     dh_n: Tensor<B, 2>,
     dc_n: Option<Tensor<B, 2>>,
-    masks: &[Option<Tensor<B, 2>>],
+    padding: &Padding<B>,
     reverse: bool,
-    parallel: bool,
 ) -> DirGrads<B> {
     let [t_len, batch, in_size] = x.dims();
     let h = spec.d_hidden;
@@ -175,15 +187,18 @@ fn backward_dir<B: Backend>(
         (0..t_len).rev().collect()
     };
     for t in order {
-        let m = &masks[t];
         let total = step(&dy, t) + dh.clone();
-        let (dh_new, dh_keep) = match m {
-            Some(m) => (
-                total * m.clone(),
-                Some(m.clone().neg().add_scalar(1.0) * dh.clone()),
-            ),
-            None => (total, None),
+        // Select, don't multiply (Note [Padding never leaks] in `super`).
+        let invalid = |width: usize| padding.step(t, width);
+        let zero_padded = |v: Tensor<B, 2>| match invalid(v.dims()[1]) {
+            Some(mask) => v.mask_fill(mask, 0.0),
+            None => v,
         };
+        let keep_padded = |new: Tensor<B, 2>, old: Tensor<B, 2>| match invalid(old.dims()[1]) {
+            Some(mask) => new.mask_where(mask, old),
+            None => new,
+        };
+        let dh_new = zero_padded(total);
         let (da, dr, dh_direct, dc_prev) = match spec.mode {
             RnnMode::Lstm => {
                 let dm = match &w.w_hr {
@@ -194,24 +209,13 @@ fn backward_dir<B: Backend>(
                     None => dh_new,
                 };
                 let dc_carry = dc.clone().expect("LSTM carries dc");
-                let (dc_new, dc_keep) = match m {
-                    Some(m) => (
-                        dc_carry.clone() * m.clone(),
-                        Some(m.clone().neg().add_scalar(1.0) * dc_carry),
-                    ),
-                    None => (dc_carry, None),
-                };
-                let dct = dm.clone() * at(&f3, t) + dc_new;
+                let dct = dm.clone() * at(&f3, t) + dc_carry.clone();
                 let da = Tensor::cat(
                     vec![dct.clone().repeat_dim(1, 3) * at(&f1, t), dm * at(&f2, t)],
                     1,
                 );
-                let dc_prev = dct * at(&f4, t);
-                let dc_prev = match dc_keep {
-                    Some(k) => dc_prev + k,
-                    None => dc_prev,
-                };
-                (da, None, None, Some(dc_prev))
+                let dc_prev = keep_padded(dct * at(&f4, t), dc_carry);
+                (zero_padded(da), None, None, Some(dc_prev))
             }
             RnnMode::Gru => {
                 let da_n = dh_new.clone() * at(&f1, t);
@@ -220,40 +224,24 @@ fn backward_dir<B: Backend>(
                 let dhr_n = da_n.clone() * at(&f4, t);
                 let da = Tensor::cat(vec![da_r.clone(), da_z.clone(), da_n], 1);
                 let dr = Tensor::cat(vec![da_r, da_z, dhr_n], 1);
-                (da, Some(dr), Some(dh_new * at(&f5, t)), None)
+                (
+                    zero_padded(da),
+                    Some(zero_padded(dr)),
+                    Some(dh_new * at(&f5, t)),
+                    None,
+                )
             }
-            RnnMode::RnnTanh | RnnMode::RnnRelu => (dh_new * at(&f1, t), None, None, None),
+            RnnMode::RnnTanh | RnnMode::RnnRelu => {
+                (zero_padded(dh_new * at(&f1, t)), None, None, None)
+            }
         };
-        let d_recurrent = dr.clone().unwrap_or_else(|| da.clone());
-        // One recurrent GEMM per step; two row halves on two threads when `parallel`.
-        let half = if parallel { batch / 2 } else { 0 };
-        let mut dh_prev = if half > 0 {
-            let (top, bottom) = par::join(
-                true,
-                || {
-                    d_recurrent
-                        .clone()
-                        .narrow(0, 0, half)
-                        .matmul(w.w_hh.clone())
-                },
-                || {
-                    d_recurrent
-                        .clone()
-                        .narrow(0, half, batch - half)
-                        .matmul(w.w_hh.clone())
-                },
-            );
-            Tensor::cat(vec![top, bottom], 0)
-        } else {
-            d_recurrent.clone().matmul(w.w_hh.clone())
-        };
+        let d_recurrent = dr.unwrap_or_else(|| da.clone());
+        // One recurrent GEMM per step.
+        let mut dh_prev = d_recurrent.clone().matmul(w.w_hh.clone());
         if let Some(direct) = dh_direct {
             dh_prev = dh_prev + direct;
         }
-        if let Some(keep) = dh_keep {
-            dh_prev = dh_prev + keep;
-        }
-        dh = dh_prev;
+        dh = keep_padded(dh_prev, dh);
         dc = dc_prev;
         d_pre.push(da);
         d_rec.push(d_recurrent);
@@ -269,35 +257,16 @@ fn backward_dir<B: Backend>(
     let d_rec: Tensor<B, 2> = Tensor::cat(d_rec, 0);
     let x2 = x.clone().reshape([rows, in_size]);
     let h_prev2 = saved.h_prev.clone().reshape([rows, p]);
-    // The three big GEMMs, balanced over two threads when `parallel`: dW_ih and the top
-    // half of dX on one, dW_hh and the bottom half of dX on the other.
-    let half = if parallel { rows / 2 } else { rows };
-    let dx_rows = |start: usize, len: usize| {
-        w.w_ih
-            .as_ref()
-            .filter(|_| len > 0)
-            .map(|w_ih| d_pre.clone().narrow(0, start, len).matmul(w_ih.clone()))
-    };
-    let ((dw_ih, dx_top), (dw_hh, dx_bottom)) = par::join(
-        parallel,
-        || {
-            let dw_ih = w
-                .w_ih
-                .as_ref()
-                .map(|_| weight_grad(d_pre.clone(), x2.clone()));
-            (dw_ih, dx_rows(0, half))
-        },
-        || {
-            let dw_hh = weight_grad(d_rec.clone(), h_prev2);
-            (dw_hh, dx_rows(half, rows - half))
-        },
-    );
+    let dw_ih = w
+        .w_ih
+        .as_ref()
+        .map(|_| weight_grad(d_pre.clone(), x2.clone()));
+    let dw_hh = weight_grad(d_rec.clone(), h_prev2);
     let mut dw = Vec::new();
-    let dx = match (dx_top, dx_bottom) {
-        (Some(top), Some(bottom)) => Tensor::cat(vec![top, bottom], 0),
-        (Some(all), None) | (None, Some(all)) => all,
+    let dx = match &w.w_ih {
+        Some(w_ih) => d_pre.clone().matmul(w_ih.clone()),
         // Skip input: x entered every gate block.
-        _ => d_pre
+        None => d_pre
             .clone()
             .reshape([rows, g, h])
             .sum_dim(1)
@@ -315,7 +284,14 @@ fn backward_dir<B: Backend>(
     }
     if w.w_hr.is_some() {
         // h' = m W_hr^T with m = o ∘ tanh(c'): dW_hr = Σ_t dh'_t^T m_t.
-        let m = (saved.acts[3].clone() * saved.acts[4].clone()).reshape([rows, h]);
+        // Padded rows of o ∘ tanh(c') may be NaN; their d_proj rows are zero, but NaN · 0
+        // is NaN, so they are zeroed first (Note [Padding never leaks] in `super`).
+        let m = saved.acts[3].clone() * saved.acts[4].clone();
+        let m = match padding.all(h) {
+            Some(mask) => m.mask_fill(mask, 0.0),
+            None => m,
+        }
+        .reshape([rows, h]);
         let d_proj: Tensor<B, 2> = Tensor::cat(d_proj, 0);
         dw.push((ParamKind::WeightHr, weight_grad(d_proj, m)));
     }
@@ -327,20 +303,25 @@ fn backward_dir<B: Backend>(
     }
 }
 
-/// The default body of `fused_rnn_backward`.
-pub(crate) fn backward<B: Backend>(
+/// Backward pass (BPTT), the default body of `fused_rnn_backward`: every input gradient
+/// from the output gradients and the reserve of [`super::forward_training`].
+///
+/// # Panics
+///
+/// If `reserve` is not the reserve of the reference's training forward for `desc` (Note
+/// [Reserve layout] in `super`), naming both.
+pub fn backward<B: Backend>(
     desc: &RnnDescriptor,
     inputs: RnnInputs<B>,
     output: RnnOutput<B>,
     reserve: RnnReserve<B>,
     grads: RnnOutputGrads<B>,
-    parallel: bool,
 ) -> RnnGrads<B> {
     // Note [Half precision] in `super`: compute in F32, hand back the input's dtype.
     let dtype = inputs.x.dtype();
     let up = compute_dtype(dtype);
     if up == dtype {
-        return backward_in::<B>(desc, inputs, output, reserve, grads, parallel);
+        return backward_in::<B>(desc, inputs, output, reserve, grads);
     }
     let grads = RnnOutputGrads {
         dy: grads.dy.map(|t| cast::<B>(t, up)),
@@ -353,7 +334,6 @@ pub(crate) fn backward<B: Backend>(
         cast_output(output, up),
         reserve,
         grads,
-        parallel,
     );
     RnnGrads {
         dx: cast::<B>(out.dx, dtype),
@@ -369,7 +349,6 @@ fn backward_in<B: Backend>(
     output: RnnOutput<B>,
     reserve: RnnReserve<B>,
     grads: RnnOutputGrads<B>,
-    parallel: bool,
 ) -> RnnGrads<B> {
     let spec = &desc.spec;
     let layout = RnnLayout::new(*spec);
@@ -396,7 +375,7 @@ fn backward_in<B: Backend>(
         Some(g) => g.clone().narrow(0, idx, 1).reshape([batch, size]),
         None => Tensor::zeros([batch, size], (&device, dtype)),
     };
-    let masks = step_masks::<B>(desc, &device, dtype);
+    let padding = Padding::<B>::new(desc, &device);
     let saved = parse_reserve(desc, reserve);
 
     let mut dw_by_cell: Vec<Vec<(ParamKind, Tensor<B, 1>)>> =
@@ -406,10 +385,12 @@ fn backward_in<B: Backend>(
     let mut layers: Vec<LayerSaved<B>> = saved;
     for layer in (0..spec.num_layers).rev() {
         let LayerSaved { input, mask, dirs } = layers.pop().expect("one entry per layer");
-        let layer_in = input.unwrap_or_else(|| x.clone());
-        // Both directions on two threads, or each direction's GEMMs on two threads
-        // (Note [Reference threads] in `super::par`).
-        let inner_parallel = parallel && nd == 1;
+        // Layer 0 reads the caller's x, whose padded rows may hold anything: zero them
+        // before `dW_ih = dG^T x` reads them (Note [Padding never leaks] in `super`).
+        let layer_in = input.unwrap_or_else(|| match padding.all(spec.d_input) {
+            Some(mask) => x.clone().mask_fill(mask, 0.0),
+            None => x.clone(),
+        });
         let direction = |direction: usize, dir_saved: DirSaved<B>| {
             let idx = layer * nd + direction;
             let w = Weights {
@@ -425,24 +406,15 @@ fn backward_in<B: Backend>(
                 d_out.clone().narrow(2, direction * p, p),
                 state_grad(&dh_n, idx, p),
                 (spec.mode == RnnMode::Lstm).then(|| state_grad(&dc_n, idx, h)),
-                &masks,
+                &padding,
                 direction == 1,
-                inner_parallel,
             )
         };
-        let mut dirs = dirs.into_iter();
-        let forward_saved = dirs.next().expect("forward direction");
-        let results = match dirs.next() {
-            Some(reverse_saved) => {
-                let (f, r) = par::join(
-                    parallel,
-                    || direction(0, forward_saved),
-                    || direction(1, reverse_saved),
-                );
-                vec![f, r]
-            }
-            None => vec![direction(0, forward_saved)],
-        };
+        let results: Vec<DirGrads<B>> = dirs
+            .into_iter()
+            .enumerate()
+            .map(|(d, saved)| direction(d, saved))
+            .collect();
         let mut d_in: Option<Tensor<B, 3>> = None;
         for (d, g) in results.into_iter().enumerate() {
             let idx = layer * nd + d;

@@ -72,33 +72,17 @@ pub(crate) fn step<B: Backend>(
     state: &State<B>,
     w: &CellWeights<B>,
     save: bool,
-    parallel: bool,
 ) -> (State<B>, Option<Saved<B>>) {
     let [num_gates, p, h] = w.w_hh_t_s.dims();
     let batch = state.h.dims()[0];
-    // The recurrent GEMM, batched over gates; two gate groups on two threads when
-    // `parallel` (Note [Reference threads] in `super::par`).
-    let recurrent = |start: usize, len: usize| {
-        state
-            .h
-            .clone()
-            .unsqueeze_dim::<3>(0)
-            .expand([len, batch, p])
-            .matmul(w.w_hh_t_s.clone().narrow(0, start, len))
-    };
-    let split = if parallel { num_gates / 2 } else { 0 };
-    let (hw_first, hw_second) = super::par::join(
-        split > 0,
-        || (split > 0).then(|| recurrent(0, split)),
-        || recurrent(split, num_gates - split),
-    );
-    let gate = |g: usize| match &hw_first {
-        Some(first) if g < split => first.clone().narrow(0, g, 1).reshape([batch, h]),
-        _ => hw_second
-            .clone()
-            .narrow(0, g - split, 1)
-            .reshape([batch, h]),
-    };
+    // The recurrent GEMM, batched over gates.
+    let hw = state
+        .h
+        .clone()
+        .unsqueeze_dim::<3>(0)
+        .expand([num_gates, batch, p])
+        .matmul(w.w_hh_t_s.clone());
+    let gate = |g: usize| hw.clone().narrow(0, g, 1).reshape([batch, h]);
     let mut xw = xw.into_iter();
     let mut pre = |g: usize| xw.next().expect("one projection per gate") + gate(g);
     match mode {

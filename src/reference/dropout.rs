@@ -1,49 +1,117 @@
 //! Seeded dropout masks between layers, drawn on the host so that every backend draws the
 //! same mask for the same seed.
+//!
+//! # Note [Dropout masks]
+//!
+//! The mask of layer `l > 0` covers that layer's input `[T, B, D*P]`. Its element with
+//! sequence-major flat index `k = (t * B + b) * (D*P) + f` is dropped (zeroed) when `u_k < p`
+//! and otherwise scaled by `1 / (1 - p)`, where `u_k` is the `k`-th draw (counting from 0) of
+//! SplitMix64 seeded with `seed ^ (l · 0xD1B54A32D192ED03)`, as a 53-bit uniform in
+//! `[0, 1)`. SplitMix64's `k`-th draw is a pure function of `k` (the state advances by a
+//! constant), so any element can be computed on its own, in any order and layout: the
+//! reference draws the mask in order, the native CPU kernel element by element in the
+//! call's own layout, and both get the same mask bit for bit. cuDNN draws its own masks
+//! from its own generator.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData};
 
 use crate::descriptor::RnnDescriptor;
 
-/// SplitMix64: a small, well-mixed generator; enough for dropout masks.
-struct SplitMix64(u64);
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+/// SplitMix64's output function.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The dropout mask of one layer as a function of the element index (Note [Dropout masks]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LayerMask {
+    state: u64,
+    probability: f64,
+    scale: f64,
+}
+
+impl LayerMask {
+    /// The mask of the input of `layer` (> 0) of a call with `desc`'s dropout.
+    pub(crate) fn new(desc: &RnnDescriptor, layer: usize) -> Self {
+        let p = desc.dropout.probability;
+        Self {
+            state: desc.dropout.seed ^ (layer as u64).wrapping_mul(0xD1B5_4A32_D192_ED03),
+            probability: p,
+            scale: 1.0 / (1.0 - p),
+        }
     }
 
-    /// Uniform in `[0, 1)` with 53 bits.
-    fn next_f64(&mut self) -> f64 {
-        (self.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    /// The factor of element `k` (sequence-major flat index): `0` or `1 / (1 - p)`.
+    pub(crate) fn factor(&self, k: usize) -> f64 {
+        let draw = mix(self
+            .state
+            .wrapping_add((k as u64).wrapping_add(1).wrapping_mul(GAMMA)));
+        let uniform = (draw >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+        if uniform < self.probability {
+            0.0
+        } else {
+            self.scale
+        }
     }
 }
 
 /// The scaled keep mask applied to the input of `layer` (> 0): `[T, B, D*P]`, each element
-/// `0` with probability `p`, else `1 / (1 - p)`. A function of (seed, layer) only.
+/// `0` with probability `p`, else `1 / (1 - p)` (Note [Dropout masks]).
 pub(crate) fn keep_mask<B: Backend>(
     desc: &RnnDescriptor,
     layer: usize,
     device: &B::Device,
     dtype: DType,
 ) -> Tensor<B, 3> {
-    let p = desc.dropout.probability;
     let shape = [desc.seq_length, desc.batch_size, desc.spec.output_size()];
-    let mut rng =
-        SplitMix64(desc.dropout.seed ^ (layer as u64).wrapping_mul(0xD1B5_4A32_D192_ED03));
-    let scale = (1.0 / (1.0 - p)) as f32;
+    let mask = LayerMask::new(desc, layer);
     let values: Vec<f32> = (0..shape.iter().product::<usize>())
-        .map(|_| if rng.next_f64() < p { 0.0 } else { scale })
+        .map(|k| mask.factor(k) as f32)
         .collect();
     Tensor::from_data(TensorData::new(values, shape), (device, dtype))
 }
 
 /// The seed of training call `call` of a module seeded with `seed`.
 pub(crate) fn mix_seed(seed: u64, call: u64) -> u64 {
-    SplitMix64(seed ^ call.wrapping_mul(0x9E37_79B9_7F4A_7C15)).next()
+    // The first draw of SplitMix64 seeded with `seed ^ call · γ`.
+    mix((seed ^ call.wrapping_mul(GAMMA)).wrapping_add(GAMMA))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sequential SplitMix64 generator the masks are defined by.
+    struct SplitMix64(u64);
+
+    impl SplitMix64 {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(GAMMA);
+            mix(self.0)
+        }
+    }
+
+    #[test]
+    fn element_k_is_the_kth_draw_of_the_sequential_generator() {
+        let spec = crate::FusedRnnConfig::new(crate::RnnMode::Gru, 3, 4)
+            .with_num_layers(3)
+            .spec();
+        let dropout = crate::DropoutSpec {
+            probability: 0.3,
+            seed: 77,
+        };
+        let desc = RnnDescriptor::new(spec, 5, 2, false, None, dropout);
+        let mask = LayerMask::new(&desc, 2);
+        let mut rng = SplitMix64(mask.state);
+        for k in 0..1000 {
+            let u = (rng.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+            let expected = if u < 0.3 { 0.0 } else { 1.0 / 0.7 };
+            assert_eq!(mask.factor(k), expected, "element {k}");
+        }
+    }
 }

@@ -1,5 +1,11 @@
 //! The reference implementation: Burn tensor ops, the same math as cuDNN, on any backend.
 //!
+//! It is the default body of every [`FusedRnnBackend`](crate::FusedRnnBackend) method, so
+//! every backend without a native kernel runs it (Wgpu, any user backend), and it is the
+//! oracle the backend-parity suite ([`crate::testing`]) compares every backend with, run
+//! on `NdArray<f64>` through [`forward`], [`forward_training`] and [`backward`] directly.
+//! It is itself checked against PyTorch, finite differences and Burn's autodiff.
+//!
 //! Cost per layer and direction: one GEMM for the input projection of all time steps, then
 //! one recurrent GEMM and a few element-wise ops per step; step outputs are gathered in a
 //! list and stacked once (no `slice_assign` in the time loop).
@@ -11,6 +17,15 @@
 //! `len[b] - 1`; the reverse direction scans `t = T-1 .. 0` and holds its initial state until
 //! `t = len[b] - 1`, so it starts at each sequence's own last step; a length of 0 gives zero
 //! outputs and final states equal to the initial states.
+//!
+//! # Note [Padding never leaks]
+//!
+//! Whatever the padded slots of the input (or of the output gradient) hold, NaN and
+//! infinities included, changes no output and no gradient. Every implementation uses
+//! *select* semantics at invalid steps (keep the old state, write a zero), never a
+//! multiplication by a 0/1 mask, since `NaN · 0 = NaN`: here `mask_where` / `mask_fill`,
+//! and the padded rows of `x` are zeroed before the weight gradient `dW_ih = dG^T x` reads
+//! them. cuDNN with padded IO behaves the same (checked on an H100).
 //!
 //! # Note [Reserve layout]
 //!
@@ -39,20 +54,19 @@
 
 mod backward;
 mod cell;
-mod dropout;
-mod par;
+pub(crate) mod dropout;
 
-pub(crate) use backward::backward;
+pub use backward::backward;
 pub(crate) use dropout::mix_seed;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+use burn::tensor::{Bool, DType, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
-use crate::backend::{RnnInputs, RnnOutput, RnnReserve};
 use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
 use crate::layout::{ParamKind, RnnLayout};
+use crate::op_types::{RnnInputs, RnnOutput, RnnReserve};
 use cell::{CellWeights, State};
 
 pub(crate) fn float<B: Backend, const D: usize>(t: B::FloatTensorPrimitive) -> Tensor<B, D> {
@@ -65,26 +79,13 @@ pub(crate) fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> B::FloatTenso
 
 /// Inference forward (the default body of `fused_rnn_forward`).
 ///
-/// Public so that it can serve as a *composite* forward: run on `Autodiff<B>` tensors it is
-/// traced op by op by Burn's autodiff, an independent check of the hand-written backward.
+/// Shapes are those of [`RnnDescriptor`], checked by the caller
+/// ([`RnnDescriptor::check_inputs`]). Also usable as a *composite* forward: run on
+/// `Autodiff<B>` tensors it is traced op by op by Burn's autodiff, an independent check of
+/// the hand-written backward.
 pub fn forward<B: Backend>(desc: &RnnDescriptor, inputs: RnnInputs<B>) -> RnnOutput<B> {
-    forward_with::<B>(desc, inputs, false)
-}
-
-/// [`forward`], on two host threads when `parallel` (Note [Reference threads]).
-pub(crate) fn forward_with<B: Backend>(
-    desc: &RnnDescriptor,
-    inputs: RnnInputs<B>,
-    parallel: bool,
-) -> RnnOutput<B> {
     let dtype = inputs.x.dtype();
-    let out = run::<B>(
-        desc,
-        cast_inputs(inputs, compute_dtype(dtype)),
-        false,
-        parallel,
-    )
-    .0;
+    let out = run::<B>(desc, cast_inputs(inputs, compute_dtype(dtype)), false).0;
     cast_output(out, dtype)
 }
 
@@ -122,26 +123,14 @@ pub(crate) fn cast_output<B: Backend>(out: RnnOutput<B>, dtype: DType) -> RnnOut
     }
 }
 
-/// The cores of this machine, for CPU backends' [`FusedRnnBackend::fused_rnn_reference_threads`].
-///
-/// [`FusedRnnBackend::fused_rnn_reference_threads`]: crate::FusedRnnBackend::fused_rnn_reference_threads
-pub(crate) fn host_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// Training forward (the default body of `fused_rnn_forward_training`).
-pub(crate) fn forward_training<B: Backend>(
+/// Training forward (the default body of `fused_rnn_forward_training`): applies dropout
+/// between layers and returns the reserve of Note [Reserve layout] for [`backward`].
+pub fn forward_training<B: Backend>(
     desc: &RnnDescriptor,
     inputs: RnnInputs<B>,
-    parallel: bool,
 ) -> (RnnOutput<B>, RnnReserve<B>) {
     let dtype = inputs.x.dtype();
-    let (out, reserve) = run::<B>(
-        desc,
-        cast_inputs(inputs, compute_dtype(dtype)),
-        true,
-        parallel,
-    );
+    let (out, reserve) = run::<B>(desc, cast_inputs(inputs, compute_dtype(dtype)), true);
     (cast_output(out, dtype), RnnReserve { tensors: reserve })
 }
 
@@ -288,24 +277,70 @@ fn contiguous<B: Backend, const D: usize>(t: Tensor<B, D>) -> Tensor<B, D> {
     t.reshape([n]).reshape(dims)
 }
 
-/// Per-step validity masks `[B, 1]` (1 valid, 0 past the sequence's end), `None` at steps
-/// where every sequence is valid (Note [Variable lengths]).
-pub(crate) fn step_masks<B: Backend>(
-    desc: &RnnDescriptor,
-    device: &B::Device,
-    dtype: DType,
-) -> Vec<Option<Tensor<B, 2>>> {
-    let (t_len, batch) = (desc.seq_length, desc.batch_size);
-    (0..t_len)
-        .map(|t| {
-            let valid: Vec<f32> = (0..batch)
-                .map(|b| if t < desc.seq_length_of(b) { 1.0 } else { 0.0 })
+/// Which slots are padding (Note [Variable lengths]), as boolean masks for select
+/// semantics (Note [Padding never leaks]).
+pub(crate) struct Padding<B: Backend> {
+    /// `invalid[t][b]`: step `t` is past the end of sequence `b`; `None` when every
+    /// sequence is valid at `t`.
+    invalid: Vec<Option<Vec<bool>>>,
+    device: B::Device,
+}
+
+impl<B: Backend> Padding<B> {
+    pub(crate) fn new(desc: &RnnDescriptor, device: &B::Device) -> Self {
+        let invalid = (0..desc.seq_length)
+            .map(|t| {
+                let row: Vec<bool> = (0..desc.batch_size)
+                    .map(|b| t >= desc.seq_length_of(b))
+                    .collect();
+                row.contains(&true).then_some(row)
+            })
+            .collect();
+        Self {
+            invalid,
+            device: device.clone(),
+        }
+    }
+
+    /// Whether some sequence is past its end at step `t`.
+    pub(crate) fn any(&self, t: usize) -> bool {
+        self.invalid[t].is_some()
+    }
+
+    /// `[B, width]`, true in the rows of sequences past their end at step `t`; `None` when
+    /// there are none.
+    pub(crate) fn step(&self, t: usize, width: usize) -> Option<Tensor<B, 2, Bool>> {
+        self.invalid[t].as_ref().map(|row| {
+            let batch = row.len();
+            let values: Vec<bool> = row
+                .iter()
+                .flat_map(|&v| std::iter::repeat_n(v, width))
                 .collect();
-            valid
-                .contains(&0.0)
-                .then(|| Tensor::from_data(TensorData::new(valid, [batch, 1]), (device, dtype)))
+            Tensor::from_data(TensorData::new(values, [batch, width]), &self.device)
         })
-        .collect()
+    }
+
+    /// `[T, B, width]`, true in every padded slot; `None` without padding.
+    pub(crate) fn all(&self, width: usize) -> Option<Tensor<B, 3, Bool>> {
+        if self.invalid.iter().all(Option::is_none) {
+            return None;
+        }
+        let t_len = self.invalid.len();
+        let batch = self.invalid.iter().flatten().next().map_or(0, Vec::len);
+        let values: Vec<bool> = self
+            .invalid
+            .iter()
+            .flat_map(|row| {
+                (0..batch).flat_map(move |b| {
+                    std::iter::repeat_n(row.as_ref().is_some_and(|r| r[b]), width)
+                })
+            })
+            .collect();
+        Some(Tensor::from_data(
+            TensorData::new(values, [t_len, batch, width]),
+            &self.device,
+        ))
+    }
 }
 
 /// The input projection of every step at once, one contiguous `[T*B, H]` tensor per gate:
@@ -314,31 +349,22 @@ fn input_projection<B: Backend>(
     spec: &RnnSpec,
     x: &Tensor<B, 3>,
     w: &CellWeights<B>,
-    parallel: bool,
 ) -> Vec<Tensor<B, 2>> {
     let [t, b, f] = x.dims();
     let x = x.clone().reshape([t * b, f]);
     let scales = gate_scale(spec.mode);
-    let num_gates = scales.len();
-    let project = |g: usize| {
-        let xw = match &w.w_ih_t_s {
-            Some(w_ih) => x.clone().matmul(w_ih[g].clone()),
-            None => x.clone().mul_scalar(scales[g]),
-        };
-        match &w.b_x_s {
-            Some(bias) => xw + bias[g].clone(),
-            None => xw,
-        }
-    };
-    // Two gate groups on two threads (Note [Reference threads]).
-    let split = if parallel { num_gates / 2 } else { 0 };
-    let (mut first, second) = par::join(
-        split > 0,
-        || (0..split).map(project).collect::<Vec<_>>(),
-        || (split..num_gates).map(project).collect::<Vec<_>>(),
-    );
-    first.extend(second);
-    first
+    (0..scales.len())
+        .map(|g| {
+            let xw = match &w.w_ih_t_s {
+                Some(w_ih) => x.clone().matmul(w_ih[g].clone()),
+                None => x.clone().mul_scalar(scales[g]),
+            };
+            match &w.b_x_s {
+                Some(bias) => xw + bias[g].clone(),
+                None => xw,
+            }
+        })
+        .collect()
 }
 
 /// One layer in one direction over the whole sequence.
@@ -351,18 +377,16 @@ struct Scan<B: Backend> {
     saved: Vec<Tensor<B, 3>>,
 }
 
-#[allow(clippy::too_many_arguments)]
 fn scan<B: Backend>(
     spec: &RnnSpec,
     xw: Vec<Tensor<B, 2>>,
     init: State<B>,
     w: &CellWeights<B>,
-    masks: &[Option<Tensor<B, 2>>],
+    padding: &Padding<B>,
     reverse: bool,
     save: bool,
-    parallel: bool,
 ) -> Scan<B> {
-    let t_len = masks.len();
+    let t_len = padding.invalid.len();
     let batch = init.h.dims()[0];
     let mut state = init;
     let mut ys = Vec::with_capacity(t_len);
@@ -385,26 +409,28 @@ fn scan<B: Backend>(
                 c_prev.push(c.clone());
             }
         }
-        let (new, saved) = cell::step(spec.mode, xw_t, &state, w, save, parallel);
-        match &masks[t] {
-            None => {
-                ys.push(new.h.clone());
-                state = new;
-            }
-            Some(m) => {
-                // Hold the state past the end; output zero there.
-                ys.push(new.h.clone() * m.clone());
-                // Fresh operand first (Note [Operand order] in `cell`).
-                let hold =
-                    |old: Tensor<B, 2>, new: Tensor<B, 2>| (new - old.clone()) * m.clone() + old;
-                state = State {
-                    h: hold(state.h, new.h),
-                    c: match (state.c, new.c) {
-                        (Some(old), Some(new)) => Some(hold(old, new)),
-                        _ => None,
-                    },
-                };
-            }
+        let (new, saved) = cell::step(spec.mode, xw_t, &state, w, save);
+        if padding.any(t) {
+            // Hold the state past the end and output zero there, by selection (Note
+            // [Padding never leaks]): the new values of padded rows may be NaN.
+            let hold = |old: Tensor<B, 2>, new: Tensor<B, 2>| {
+                let width = old.dims()[1];
+                let invalid = padding.step(t, width).expect("padded step");
+                new.mask_where(invalid, old)
+            };
+            let p = new.h.dims()[1];
+            let invalid_p = padding.step(t, p).expect("padded step");
+            ys.push(new.h.clone().mask_fill(invalid_p, 0.0));
+            state = State {
+                h: hold(state.h, new.h),
+                c: match (state.c, new.c) {
+                    (Some(old), Some(new)) => Some(hold(old, new)),
+                    _ => None,
+                },
+            };
+        } else {
+            ys.push(new.h.clone());
+            state = new;
         }
         if let Some(s) = saved {
             saved_steps.push(s);
@@ -450,7 +476,6 @@ fn run<B: Backend>(
     desc: &RnnDescriptor,
     inputs: RnnInputs<B>,
     training: bool,
-    parallel: bool,
 ) -> (RnnOutput<B>, Vec<B::FloatTensorPrimitive>) {
     let spec = &desc.spec;
     let layout = RnnLayout::new(*spec);
@@ -479,7 +504,7 @@ fn run<B: Backend>(
             )
         }),
     };
-    let masks = step_masks::<B>(desc, &device, dtype);
+    let padding = Padding::<B>::new(desc, &device);
 
     let mut reserve: Vec<Tensor<B, 3>> = Vec::new();
     let mut layer_in = x;
@@ -496,21 +521,14 @@ fn run<B: Backend>(
                 reserve.push(layer_in.clone());
             }
         }
-        // Both directions on two threads, or each direction's own work on two threads
-        // (Note [Reference threads]).
-        let inner_parallel = parallel && nd == 1;
-        let direction = |d: usize| {
-            let w = cell_weights(&flat, &layout, layer, d, batch);
-            let xw = input_projection(spec, &layer_in, &w, inner_parallel);
-            let init = init_state(layer * nd + d);
-            scan(spec, xw, init, &w, &masks, d == 1, training, inner_parallel)
-        };
-        let scans = if nd == 2 {
-            let (f, r) = par::join(parallel, || direction(0), || direction(1));
-            vec![f, r]
-        } else {
-            vec![direction(0)]
-        };
+        let scans: Vec<Scan<B>> = (0..nd)
+            .map(|d| {
+                let w = cell_weights(&flat, &layout, layer, d, batch);
+                let xw = input_projection(spec, &layer_in, &w);
+                let init = init_state(layer * nd + d);
+                scan(spec, xw, init, &w, &padding, d == 1, training)
+            })
+            .collect();
         let mut outs = Vec::with_capacity(nd);
         for s in scans {
             reserve.extend(s.saved);

@@ -1,11 +1,16 @@
-//! The reference backward (BPTT), called through the backend trait, against PyTorch's
-//! gradients (float64 fixtures): dx, dh0, dc0 and every weight, for every fixture case.
+//! The training forward and backward (BPTT) against PyTorch's gradients (float64
+//! fixtures): dx, dh0, dc0 and every weight, for every fixture case; both through each
+//! backend's trait impl (the native CPU kernel on NdArray and Flex) and through the
+//! reference's functions called directly (the oracle of the parity suite).
 
 mod common;
 
 use burn::backend::{Flex, NdArray};
+use burn::tensor::TensorMetadata;
 use burn::tensor::{Tensor, TensorPrimitive};
-use burn_fused_rnn::{DropoutSpec, FusedRnnBackend, RnnDescriptor, RnnInputs, RnnOutputGrads};
+use burn_fused_rnn::{
+    reference, DropoutSpec, FusedRnnBackend, RnnDescriptor, RnnInputs, RnnOutputGrads,
+};
 use common::{array, check, fixtures, report, tensor, Tol, F32, F64};
 
 fn prim<B: FusedRnnBackend, const D: usize>(t: Tensor<B, D>) -> B::FloatTensorPrimitive {
@@ -16,7 +21,16 @@ fn float<B: FusedRnnBackend, const D: usize>(t: B::FloatTensorPrimitive) -> Tens
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
-fn backward_matches_pytorch<B: FusedRnnBackend>(backend: &str, tol: Tol) {
+/// Which implementation runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    /// `B`'s `FusedRnnBackend` methods.
+    Backend,
+    /// `burn_fused_rnn::reference`'s functions on `B`.
+    Reference,
+}
+
+fn backward_matches_pytorch<B: FusedRnnBackend>(backend: &str, path: Path, tol: Tol) {
     let device = B::Device::default();
     let mut failures = Vec::new();
     for case in &fixtures().cases {
@@ -35,18 +49,26 @@ fn backward_matches_pytorch<B: FusedRnnBackend>(backend: &str, tol: Tol) {
             c0: case.c0.as_ref().map(|a| prim(array::<B, 3>(a, &device))),
             weights: prim(tensor::<B, 1>(&params, [params.len()], &device)),
         };
-        let (out, reserve) = B::fused_rnn_forward_training(&desc, inputs.clone());
+        let (out, reserve) = match path {
+            Path::Backend => B::fused_rnn_forward_training(&desc, inputs.clone()),
+            Path::Reference => reference::forward_training::<B>(&desc, inputs.clone()),
+        };
         let ctx = format!("{backend} / {}", case.name);
         // The reserve's shapes are predictable from the descriptor alone (what a fused
         // custom op must declare before running).
-        let shapes: Vec<[usize; 3]> = reserve
+        let got: Vec<(Vec<usize>, burn::tensor::DType)> = reserve
             .tensors
             .iter()
-            .map(|t| float::<B, 3>(t.clone()).dims())
+            .map(|t| (t.shape().to_vec(), t.dtype()))
             .collect();
-        if shapes != burn_fused_rnn::reference::reserve_shapes(&desc) {
+        let dtype = out.y.dtype();
+        let declared = match path {
+            Path::Backend => B::fused_rnn_reserve_layout(&desc, dtype, &device),
+            Path::Reference => reference::reserve_layout(&desc, dtype),
+        };
+        if got != declared {
             failures.push(format!(
-                "{ctx}: reserve shapes {shapes:?} differ from reserve_shapes()"
+                "{ctx}: reserve {got:?} differs from the declared layout {declared:?}"
             ));
         }
         failures.extend(
@@ -78,7 +100,10 @@ fn backward_matches_pytorch<B: FusedRnnBackend>(backend: &str, tol: Tol) {
                 ))
             }),
         };
-        let g = B::fused_rnn_backward(&desc, inputs, out, reserve, grads);
+        let g = match path {
+            Path::Backend => B::fused_rnn_backward(&desc, inputs, out, reserve, grads),
+            Path::Reference => reference::backward::<B>(&desc, inputs, out, reserve, grads),
+        };
         failures.extend(check(&ctx, "dx", float::<B, 3>(g.dx), &case.dx, tol).err());
         failures.extend(check(&ctx, "dh0", float::<B, 3>(g.dh0), &case.dh0, tol).err());
         if let (Some(dc0), Some(expected)) = (g.dc0, &case.dc0) {
@@ -99,16 +124,26 @@ fn backward_matches_pytorch<B: FusedRnnBackend>(backend: &str, tol: Tol) {
 }
 
 #[test]
-fn reference_backward_matches_pytorch_ndarray_f64() {
-    backward_matches_pytorch::<NdArray<f64>>("ndarray<f64>", F64);
+fn backward_matches_pytorch_ndarray_f64() {
+    backward_matches_pytorch::<NdArray<f64>>("ndarray<f64>", Path::Backend, F64);
 }
 
 #[test]
-fn reference_backward_matches_pytorch_ndarray_f32() {
-    backward_matches_pytorch::<NdArray<f32>>("ndarray<f32>", F32);
+fn backward_matches_pytorch_ndarray_f32() {
+    backward_matches_pytorch::<NdArray<f32>>("ndarray<f32>", Path::Backend, F32);
+}
+
+#[test]
+fn backward_matches_pytorch_flex() {
+    backward_matches_pytorch::<Flex>("flex", Path::Backend, F32);
+}
+
+#[test]
+fn reference_backward_matches_pytorch_ndarray_f64() {
+    backward_matches_pytorch::<NdArray<f64>>("reference on ndarray<f64>", Path::Reference, F64);
 }
 
 #[test]
 fn reference_backward_matches_pytorch_flex() {
-    backward_matches_pytorch::<Flex>("flex", F32);
+    backward_matches_pytorch::<Flex>("reference on flex", Path::Reference, F32);
 }

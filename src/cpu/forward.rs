@@ -1,0 +1,468 @@
+//! The forward pass on host slices: layers, directions, steps.
+//!
+//! Per layer and direction: ONE GEMM projects the input of every step (`[T·B, in] ·
+//! W_ih^T`), then per step ONE recurrent GEMM (`[B, P] · W_hh^T`) and ONE fused pass over
+//! the gates (`super::cell`): activations, cell update, output write and the
+//! variable-length select. The two directions of a layer run concurrently on rayon's pool,
+//! each with half the threads; within a direction, a step's GEMM and its element-wise pass
+//! split over the threads when the step is big enough to pay for it.
+
+use pulp::Arch;
+use rayon::prelude::*;
+
+use super::cell;
+use super::float::Float;
+use super::gemm::{gemm, Mat, MatMut};
+use super::plan::{state_of, CellWeights, Plan, ReserveLayout};
+use crate::config::RnnMode;
+use crate::reference::dropout::LayerMask;
+
+/// The inputs of one call, on the host, in the compute type.
+pub(crate) struct Inputs<'a, T> {
+    /// `[T·B, I]` rows (Note [Rows] in `super::plan`).
+    pub(crate) x: &'a [T],
+    /// `[L·D, B, P]`.
+    pub(crate) h0: Option<&'a [T]>,
+    /// `[L·D, B, H]`.
+    pub(crate) c0: Option<&'a [T]>,
+    /// Flat canonical params.
+    pub(crate) w: &'a [T],
+}
+
+/// The outputs of one call.
+pub(crate) struct Outputs<T> {
+    /// `[T·B, D·P]` rows.
+    pub(crate) y: Vec<T>,
+    /// `[L·D, B, P]`.
+    pub(crate) h_n: Vec<T>,
+    /// `[L·D, B, H]` (LSTM).
+    pub(crate) c_n: Option<Vec<T>>,
+}
+
+/// Work below this many multiply-adds per step runs on one thread: splitting it costs more
+/// than it saves (a rayon join is a few microseconds).
+pub(crate) const PARALLEL_WORK: usize = 1 << 17;
+
+/// Threads for a GEMM of `m · n · k` multiply-adds, out of `threads`.
+pub(crate) fn gemm_threads(threads: usize, m: usize, n: usize, k: usize) -> usize {
+    if m.saturating_mul(n).saturating_mul(k) >= PARALLEL_WORK {
+        threads
+    } else {
+        1
+    }
+}
+
+/// Runs `f` over `items`, in parallel chunks when `parallel`, inside `Arch::dispatch` so
+/// that the element-wise loops compile for the machine's SIMD width.
+pub(crate) fn for_rows<I: Send>(items: &mut [I], parallel: bool, f: impl Fn(&mut I) + Sync) {
+    let run = |chunk: &mut [I]| {
+        Arch::new().dispatch(
+            #[inline(always)]
+            || {
+                for item in chunk.iter_mut() {
+                    f(item);
+                }
+            },
+        )
+    };
+    if parallel && items.len() > 1 {
+        let threads = rayon::current_num_threads().max(1);
+        let chunk = items.len().div_ceil(threads);
+        items.par_chunks_mut(chunk).for_each(run);
+    } else {
+        run(items);
+    }
+}
+
+/// `G·H` biases folded into the input projection: `b_ih + b_hh`, except GRU's `n` block,
+/// which takes `b_in` alone (`b_hn` sits inside `r ∘ (R_n h + b_hn)`); and GRU's `b_hn`.
+pub(crate) fn biases<T: Float>(plan: &Plan<'_>, w: &CellWeights<'_, T>) -> (Vec<T>, Vec<T>) {
+    let (gh, h) = (plan.gh(), plan.h);
+    let mut bias = vec![T::ZERO; gh];
+    let mut b_hn = vec![T::ZERO; h];
+    if let Some(b) = w.b_ih {
+        bias.copy_from_slice(b);
+    }
+    if let Some(b) = w.b_hh {
+        let shared = if plan.spec.mode == RnnMode::Gru {
+            b_hn.copy_from_slice(&b[2 * h..]);
+            2 * h
+        } else {
+            gh
+        };
+        for (acc, &v) in bias[..shared].iter_mut().zip(b) {
+            *acc += v;
+        }
+    }
+    (bias, b_hn)
+}
+
+/// The input projection of every step into `gates[:, 0..G·H]` (row width `width`):
+/// `input · W_ih^T`, or with skip input, the input copied into every gate block.
+pub(crate) fn project_input<T: Float>(
+    plan: &Plan<'_>,
+    input: &[T],
+    in_size: usize,
+    w: &CellWeights<'_, T>,
+    gates: &mut [T],
+    width: usize,
+    threads: usize,
+) {
+    let (rows, gh) = (plan.rows(), plan.gh());
+    match w.w_ih {
+        Some(w_ih) => gemm(
+            MatMut::rows(gates, rows, gh, width),
+            false,
+            Mat::rows(input, rows, in_size, in_size),
+            Mat::rows(w_ih, gh, in_size, in_size).t(),
+            gemm_threads(threads, rows, gh, in_size),
+        ),
+        None => {
+            for (row, x) in gates.chunks_mut(width).zip(input.chunks(in_size)) {
+                for block in row[..gh].chunks_mut(plan.h) {
+                    block.copy_from_slice(x);
+                }
+            }
+        }
+    }
+}
+
+/// Where one direction writes its output: per row of the sequence, its `P`-wide part.
+type OutRows<'a, T> = Vec<&'a mut [T]>;
+
+/// Splits a layer output `[T·B, D·P]` into each direction's `P`-wide part of every row.
+fn split_directions<T>(out: &mut [T], nd: usize, p: usize) -> Vec<OutRows<'_, T>> {
+    let mut parts: Vec<OutRows<'_, T>> = (0..nd).map(|_| Vec::new()).collect();
+    for row in out.chunks_mut(nd * p) {
+        for (part, half) in parts.iter_mut().zip(row.chunks_mut(p)) {
+            part.push(half);
+        }
+    }
+    parts
+}
+
+/// The `B` entries of step `t` in a per-row list (Note [Rows] in `super::plan`), in batch
+/// order.
+pub(crate) fn step_rows<'s, R>(plan: &Plan<'_>, rows: &'s mut [R], t: usize) -> Vec<&'s mut R> {
+    if plan.desc.batch_first {
+        rows.iter_mut().skip(t).step_by(plan.t).collect()
+    } else {
+        rows[t * plan.b..(t + 1) * plan.b].iter_mut().collect()
+    }
+}
+
+/// One sequence at one step: what the fused pass reads and writes.
+struct StepRow<'a, T> {
+    valid: bool,
+    gate: &'a mut [T],
+    acc: &'a [T],
+    prev: &'a [T],
+    next: &'a mut [T],
+    cell: Option<&'a mut [T]>,
+    m: Option<&'a mut [T]>,
+    out: &'a mut [T],
+}
+
+/// One layer in one direction.
+struct Direction<'a, T> {
+    plan: &'a Plan<'a>,
+    d: usize,
+    w: CellWeights<'a, T>,
+    /// The layer's input rows `[T·B, in]`.
+    input: &'a [T],
+    in_size: usize,
+    h0: Option<&'a [T]>,
+    c0: Option<&'a [T]>,
+    threads: usize,
+}
+
+impl<T: Float> Direction<'_, T> {
+    /// Runs the scan; writes the direction's output rows and, when training, the gate rows
+    /// of the reserve. Returns the final `h` and `c`.
+    fn run<const TRAIN: bool>(
+        &self,
+        gates: &mut [T],
+        mut out: OutRows<'_, T>,
+    ) -> (Vec<T>, Option<Vec<T>>) {
+        let plan = self.plan;
+        let (batch, h, p, gh) = (plan.b, plan.h, plan.p, plan.gh());
+        let width = plan.gate_width(TRAIN);
+        let mode = plan.spec.mode;
+        project_input(
+            plan,
+            self.input,
+            self.in_size,
+            &self.w,
+            gates,
+            width,
+            self.threads,
+        );
+        let (bias, b_hn) = biases(plan, &self.w);
+
+        let mut state = self
+            .h0
+            .map_or_else(|| vec![T::ZERO; batch * p], <[T]>::to_vec);
+        let mut next = vec![T::ZERO; batch * p];
+        let mut cell = (mode == RnnMode::Lstm).then(|| {
+            self.c0
+                .map_or_else(|| vec![T::ZERO; batch * h], <[T]>::to_vec)
+        });
+        let mut acc = vec![T::ZERO; batch * gh];
+        let proj = self.w.w_hr;
+        // Projection: the cell writes o ∘ tanh(c') here, then a GEMM projects it.
+        let mut m = vec![T::ZERO; if proj.is_some() { batch * h } else { 0 }];
+        let mut projected = vec![T::ZERO; if proj.is_some() { batch * p } else { 0 }];
+        let mut gate_rows: Vec<&mut [T]> = gates.chunks_mut(width).collect();
+        let step_gemm = gemm_threads(self.threads, batch, gh, p);
+        let parallel_rows = self.threads > 1 && batch > 1 && batch * gh * 8 >= PARALLEL_WORK;
+        let (bias, b_hn) = (&bias[..], &b_hn[..]);
+
+        for t in plan.scan(self.d) {
+            gemm(
+                MatMut::rows(&mut acc, batch, gh, gh),
+                false,
+                Mat::rows(&state, batch, p, p),
+                Mat::rows(self.w.w_hh, gh, p, p).t(),
+                step_gemm,
+            );
+            {
+                let mut m_rows = m.chunks_mut(h);
+                let mut c_rows = cell.as_deref_mut().map(|c| c.chunks_mut(h));
+                let mut items: Vec<StepRow<'_, T>> = step_rows(plan, &mut gate_rows, t)
+                    .into_iter()
+                    .zip(step_rows(plan, &mut out, t))
+                    .zip(next.chunks_mut(p))
+                    .enumerate()
+                    .map(|(b, ((gate, out), next))| StepRow {
+                        valid: plan.valid(t, b),
+                        gate: &mut **gate,
+                        acc: &acc[b * gh..(b + 1) * gh],
+                        prev: &state[b * p..(b + 1) * p],
+                        next,
+                        cell: c_rows.as_mut().and_then(Iterator::next),
+                        m: proj.and_then(|_| m_rows.next()),
+                        out: &mut **out,
+                    })
+                    .collect();
+                for_rows(&mut items, parallel_rows, |r| {
+                    if !r.valid {
+                        // Past the end: hold the state, output zero (Note [Padding never
+                        // leaks] in `crate::reference`). The gate row is never read.
+                        r.next.copy_from_slice(r.prev);
+                        r.out.fill(T::ZERO);
+                        return;
+                    }
+                    let dst: &mut [T] = match r.m.as_deref_mut() {
+                        Some(m) => m,
+                        None => &mut *r.next,
+                    };
+                    match mode {
+                        RnnMode::Lstm => {
+                            let c = r.cell.as_deref_mut().expect("LSTM carries c");
+                            cell::lstm_forward::<T, TRAIN>(h, r.gate, r.acc, bias, c, dst)
+                        }
+                        RnnMode::Gru => {
+                            cell::gru_forward::<T, TRAIN>(h, r.gate, r.acc, bias, b_hn, r.prev, dst)
+                        }
+                        RnnMode::RnnTanh => {
+                            cell::rnn_forward::<T, TRAIN, false>(h, r.gate, r.acc, bias, dst)
+                        }
+                        RnnMode::RnnRelu => {
+                            cell::rnn_forward::<T, TRAIN, true>(h, r.gate, r.acc, bias, dst)
+                        }
+                    }
+                    if r.m.is_none() {
+                        r.out.copy_from_slice(r.next);
+                    }
+                });
+            }
+            if let Some(w_hr) = proj {
+                // h' = (o ∘ tanh c') W_hr^T for every row, then the select.
+                gemm(
+                    MatMut::rows(&mut projected, batch, p, p),
+                    false,
+                    Mat::rows(&m, batch, h, h),
+                    Mat::rows(w_hr, p, h, h).t(),
+                    gemm_threads(self.threads, batch, p, h),
+                );
+                for (b, out) in step_rows(plan, &mut out, t).into_iter().enumerate() {
+                    let next_b = &mut next[b * p..(b + 1) * p];
+                    if plan.valid(t, b) {
+                        next_b.copy_from_slice(&projected[b * p..(b + 1) * p]);
+                        out.copy_from_slice(next_b);
+                    }
+                }
+            }
+            core::mem::swap(&mut state, &mut next);
+        }
+        (state, cell)
+    }
+}
+
+/// Applies layer `layer`'s dropout mask to its input (Note [Dropout masks] in
+/// `crate::reference`): a copy of `input` with every element scaled by its mask factor.
+pub(crate) fn dropped<T: Float>(plan: &Plan<'_>, layer: usize, input: &[T]) -> Vec<T> {
+    let mask = LayerMask::new(plan.desc, layer);
+    let f = plan.nd * plan.p;
+    let mut out = vec![T::ZERO; input.len()];
+    for (row, (dst, src)) in out.chunks_mut(f).zip(input.chunks(f)).enumerate() {
+        let (t, b) = row_step(plan, row);
+        let base = (t * plan.b + b) * f;
+        for (k, (d, &s)) in dst.iter_mut().zip(src).enumerate() {
+            *d = s * T::from_f64(mask.factor(base + k));
+        }
+    }
+    out
+}
+
+/// `(t, b)` of a row (Note [Rows] in `super::plan`).
+pub(crate) fn row_step(plan: &Plan<'_>, row: usize) -> (usize, usize) {
+    if plan.desc.batch_first {
+        (row % plan.t, row / plan.t)
+    } else {
+        (row / plan.b, row % plan.b)
+    }
+}
+
+/// Runs `jobs` (one per direction): concurrently on rayon's pool when there are two and
+/// more than one thread, else in order.
+pub(crate) fn per_direction<J: Send, R: Send>(
+    plan: &Plan<'_>,
+    mut jobs: Vec<J>,
+    run: impl Fn(J) -> R + Sync,
+) -> Vec<R> {
+    if jobs.len() == 2 && plan.threads > 1 {
+        let second = jobs.pop().expect("two jobs");
+        let first = jobs.pop().expect("two jobs");
+        let (a, b) = rayon::join(|| run(first), || run(second));
+        vec![a, b]
+    } else {
+        jobs.into_iter().map(run).collect()
+    }
+}
+
+/// Threads for each direction of a layer.
+pub(crate) fn direction_threads(plan: &Plan<'_>) -> usize {
+    if plan.nd == 2 {
+        plan.threads.div_ceil(2)
+    } else {
+        plan.threads
+    }
+}
+
+/// The forward pass. `training` keeps the reserve (Note [Native reserve] in
+/// `super::plan`) and applies dropout; `keep_last` keeps the last layer's output in it.
+pub(crate) fn forward<T: Float>(
+    plan: &Plan<'_>,
+    inputs: &Inputs<'_, T>,
+    training: bool,
+    keep_last: bool,
+) -> (Outputs<T>, Option<Vec<T>>) {
+    let spec = &plan.spec;
+    let (batch, h, p, nd, rows) = (plan.b, plan.h, plan.p, plan.nd, plan.rows());
+    let layers = spec.num_layers;
+    let keep_last = training && keep_last;
+    let layout = training.then(|| ReserveLayout::new(plan.desc, keep_last));
+    let mut reserve = layout.as_ref().map(|l| vec![T::ZERO; l.len]);
+    let mut y = vec![T::ZERO; if keep_last { 0 } else { rows * nd * p }];
+    let mut h_n = vec![T::ZERO; layers * nd * batch * p];
+    let mut c_n = (spec.mode == RnnMode::Lstm).then(|| vec![T::ZERO; layers * nd * batch * h]);
+    {
+        let (mut gate_blocks, mut out_blocks): (Vec<Option<&mut [T]>>, Vec<Option<&mut [T]>>) =
+            match (&layout, reserve.as_deref_mut()) {
+                (Some(layout), Some(buf)) => {
+                    let (g, o) = layout.split(buf);
+                    (g.into_iter().map(Some).collect(), o)
+                }
+                _ => (Vec::new(), Vec::new()),
+            };
+        // Training: the outputs of finished layers, kept in the reserve.
+        let mut kept: Vec<&[T]> = Vec::new();
+        // Inference: the previous layer's output, and one gate buffer per direction.
+        let mut previous: Vec<T> = Vec::new();
+        let mut scratch: Vec<Vec<T>> = if training {
+            Vec::new()
+        } else {
+            (0..nd)
+                .map(|_| vec![T::ZERO; rows * plan.gate_width(false)])
+                .collect()
+        };
+        let dropout = training && plan.desc.dropout.probability > 0.0;
+
+        for layer in 0..layers {
+            let last = layer + 1 == layers;
+            let in_size = spec.layer_input_size(layer);
+            let masked;
+            let input: &[T] = match layer {
+                0 => inputs.x,
+                _ if !training => &previous,
+                _ if dropout => {
+                    masked = dropped(plan, layer, kept[layer - 1]);
+                    &masked
+                }
+                _ => kept[layer - 1],
+            };
+            let mut block = if training {
+                out_blocks[layer].take()
+            } else {
+                None
+            };
+            let mut fresh: Vec<T> = Vec::new();
+            let target: &mut [T] = match block.as_deref_mut() {
+                Some(block) => block,
+                None if last => &mut y,
+                None => {
+                    fresh = vec![T::ZERO; rows * nd * p];
+                    &mut fresh
+                }
+            };
+            let gates: Vec<&mut [T]> = if training {
+                (0..nd)
+                    .map(|d| gate_blocks[layer * nd + d].take().expect("one block each"))
+                    .collect()
+            } else {
+                scratch.iter_mut().map(Vec::as_mut_slice).collect()
+            };
+            let jobs: Vec<_> = (0..nd)
+                .zip(gates)
+                .zip(split_directions(target, nd, p))
+                .map(|((d, gates), out)| {
+                    let dir = Direction {
+                        plan,
+                        d,
+                        w: plan.weights(inputs.w, layer, d),
+                        input,
+                        in_size,
+                        h0: state_of(inputs.h0, layer * nd + d, batch * p),
+                        c0: state_of(inputs.c0, layer * nd + d, batch * h),
+                        threads: direction_threads(plan),
+                    };
+                    (dir, gates, out)
+                })
+                .collect();
+            let finals = per_direction(plan, jobs, |(dir, gates, out)| {
+                if training {
+                    dir.run::<true>(gates, out)
+                } else {
+                    dir.run::<false>(gates, out)
+                }
+            });
+            for (d, (h_last, c_last)) in finals.into_iter().enumerate() {
+                let idx = layer * nd + d;
+                h_n[idx * batch * p..(idx + 1) * batch * p].copy_from_slice(&h_last);
+                if let (Some(c_n), Some(c_last)) = (c_n.as_mut(), c_last) {
+                    c_n[idx * batch * h..(idx + 1) * batch * h].copy_from_slice(&c_last);
+                }
+            }
+            if let Some(block) = block {
+                kept.push(block);
+            } else if !last {
+                previous = fresh;
+            }
+        }
+        if keep_last {
+            y = kept[layers - 1].to_vec();
+        }
+    }
+    (Outputs { y, h_n, c_n }, reserve)
+}
