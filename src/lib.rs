@@ -69,7 +69,7 @@ pub use config::{FusedRnnConfig, InputMode, RnnMode, RnnSpec};
 pub use descriptor::{DropoutSpec, RnnDescriptor};
 pub use layout::{params_size, ParamKind, RnnLayout};
 pub use module::{FusedRnn, FusedRnnLoadError, FusedRnnRecord, RnnCell, RnnCellRecord, RnnState};
-pub use ops::{fused_rnn, FusedRnnOutput};
+pub use ops::{fused_rnn, reserve_bytes, FusedRnnOutput};
 
 /// Burn's Wgpu backend without fusion: the reference path, on the GPU (or on the CPU
 /// through a Vulkan driver such as lavapipe). `burn::backend::Wgpu` with Burn's default

@@ -104,3 +104,47 @@ fn check_dtypes<B: FusedRnnBackend>(
         }
     }
 }
+
+/// The bytes a training forward keeps for its backward pass on backend `B`: the reserve of
+/// [`FusedRnnBackend::fused_rnn_forward_training`] for inputs of `dtype` on `device`, as
+/// the backend declares it ([`FusedRnnBackend::fused_rnn_reserve_layout`]).
+///
+/// This is what a training step holds between its forward and its backward on top of the
+/// inputs, outputs and gradients, so it is the number to plan memory with. On the native
+/// CPU kernel (NdArray, Flex) it is, in elements of the compute dtype (F64 for F64 inputs,
+/// F32 otherwise), with `W = 5H` (LSTM), `4H` (GRU) or `H` (RNN):
+/// `Σ_layers D·T·B·W + (L - 1)·T·B·D·P`, plus one more `T·B·D·P` for F16/BF16 inputs —
+/// linear in `T` and `B`. The reference keeps more (Note [Reserve layout] in
+/// [`crate::reference`]); cuDNN reports its own size.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::tensor::DType;
+/// use burn_fused_rnn::{reserve_bytes, DropoutSpec, FusedRnnConfig, RnnDescriptor, RnnMode};
+///
+/// let spec = FusedRnnConfig::new(RnnMode::Lstm, 256, 256).spec();
+/// // B = 32, T = 50: 5 · 256 · 50 · 32 f32 values.
+/// let desc = RnnDescriptor::new(spec, 50, 32, true, None, DropoutSpec::NONE);
+/// let bytes = reserve_bytes::<NdArray>(&desc, DType::F32, &Default::default());
+/// assert_eq!(bytes, 5 * 256 * 50 * 32 * 4);
+/// ```
+///
+/// # Panics
+///
+/// If the size overflows `usize`.
+pub fn reserve_bytes<B: FusedRnnBackend>(
+    desc: &RnnDescriptor,
+    dtype: DType,
+    device: &B::Device,
+) -> usize {
+    B::fused_rnn_reserve_layout(desc, dtype, device)
+        .iter()
+        .map(|(shape, dtype)| {
+            shape
+                .iter()
+                .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d))
+                .expect("expected a reserve size that fits in usize, got an overflow")
+        })
+        .try_fold(0usize, |acc, n| acc.checked_add(n))
+        .expect("expected a reserve size that fits in usize, got an overflow")
+}
