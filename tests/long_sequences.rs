@@ -100,10 +100,7 @@ fn vec<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D>) -> Ve
 }
 
 /// Forward and training step over `t` steps against four chained calls.
-fn long_sequence_matches_chained_calls<B: AutodiffBackend + FusedRnnBackend>(
-    name: &str,
-    tol: Tol,
-) {
+fn long_sequence_matches_chained_calls<B: AutodiffBackend + FusedRnnBackend>(name: &str, tol: Tol) {
     let _guard = MEASURE.lock().unwrap_or_else(|e| e.into_inner());
     let t = seq_len();
     let x = signal(t);
@@ -132,7 +129,12 @@ fn long_sequence_matches_chained_calls<B: AutodiffBackend + FusedRnnBackend>(
         };
         let (dx, dw) = grads_of(false);
         let (dx_c, dw_c) = grads_of(true);
-        let t1 = |v: &[f64]| Tensor::<NdArray<f64>, 1>::from_data(TensorData::new(v.to_vec(), [v.len()]), &Default::default());
+        let t1 = |v: &[f64]| {
+            Tensor::<NdArray<f64>, 1>::from_data(
+                TensorData::new(v.to_vec(), [v.len()]),
+                &Default::default(),
+            )
+        };
         failures.extend(check(&ctx, "dx", t1(&dx), &dx_c, tol).err());
         failures.extend(check(&ctx, "dW_hh", t1(&dw), &dw_c, tol).err());
     }

@@ -29,8 +29,8 @@ fn values(n: usize, seed: u64) -> Vec<f64> {
 /// `v` (a sequence tensor in `desc`'s layout) with every padded slot set to garbage.
 fn with_garbage(desc: &RnnDescriptor, mut v: Vec<f64>, features: usize) -> Vec<f64> {
     let mut k = 0;
-    for b in 0..desc.batch_size {
-        for t in LENGTHS[b]..desc.seq_length {
+    for (b, &len) in LENGTHS.iter().enumerate() {
+        for t in len..desc.seq_length {
             let slot = if desc.batch_first {
                 b * desc.seq_length + t
             } else {

@@ -162,7 +162,7 @@ impl<T: Float> Direction<'_, T> {
                             let valid = plan.valid(t, b);
                             StepRow {
                                 valid,
-                                gate: &mut **gate,
+                                gate,
                                 dh: &dh_cell[b * cell_w..(b + 1) * cell_w],
                                 dc: dc_rows.as_mut().and_then(Iterator::next),
                                 dg,
@@ -181,45 +181,50 @@ impl<T: Float> Direction<'_, T> {
                             }
                         })
                         .collect();
-                    for_rows(&mut items, parallel_rows, |r| {
-                        if !r.valid {
-                            // No gradient from padding: zero rows; dh and dc pass unchanged.
-                            r.gate[..grad_cols].fill(T::ZERO);
-                            r.dg.fill(T::ZERO);
-                            if let Some(m) = r.m.as_deref_mut() {
-                                m.fill(T::ZERO);
+                    for_rows(
+                        &mut items,
+                        parallel_rows,
+                        #[inline(always)]
+                        |r| {
+                            if !r.valid {
+                                // No gradient from padding: zero rows; dh and dc pass unchanged.
+                                r.gate[..grad_cols].fill(T::ZERO);
+                                r.dg.fill(T::ZERO);
+                                if let Some(m) = r.m.as_deref_mut() {
+                                    m.fill(T::ZERO);
+                                }
+                                return;
                             }
-                            return;
-                        }
-                        match mode {
-                            RnnMode::Lstm => {
-                                let dc = r.dc.as_deref_mut().expect("LSTM carries dc");
-                                match r.m.as_deref_mut() {
-                                    Some(m) => {
-                                        cell::lstm_backward::<T, true>(h, r.gate, r.dh, dc, r.dg, m)
+                            match mode {
+                                RnnMode::Lstm => {
+                                    let dc = r.dc.as_deref_mut().expect("LSTM carries dc");
+                                    match r.m.as_deref_mut() {
+                                        Some(m) => cell::lstm_backward::<T, true>(
+                                            h, r.gate, r.dh, dc, r.dg, m,
+                                        ),
+                                        None => cell::lstm_backward::<T, false>(
+                                            h,
+                                            r.gate,
+                                            r.dh,
+                                            dc,
+                                            r.dg,
+                                            &mut [],
+                                        ),
                                     }
-                                    None => cell::lstm_backward::<T, false>(
-                                        h,
-                                        r.gate,
-                                        r.dh,
-                                        dc,
-                                        r.dg,
-                                        &mut [],
-                                    ),
+                                }
+                                RnnMode::Gru => {
+                                    let direct = r.direct.as_deref_mut().expect("GRU direct term");
+                                    cell::gru_backward(h, r.gate, r.dh, r.h_prev, r.dg, direct)
+                                }
+                                RnnMode::RnnTanh => {
+                                    cell::rnn_backward::<T, false>(h, r.gate, r.dh, r.dg)
+                                }
+                                RnnMode::RnnRelu => {
+                                    cell::rnn_backward::<T, true>(h, r.gate, r.dh, r.dg)
                                 }
                             }
-                            RnnMode::Gru => {
-                                let direct = r.direct.as_deref_mut().expect("GRU direct term");
-                                cell::gru_backward(h, r.gate, r.dh, r.h_prev, r.dg, direct)
-                            }
-                            RnnMode::RnnTanh => {
-                                cell::rnn_backward::<T, false>(h, r.gate, r.dh, r.dg)
-                            }
-                            RnnMode::RnnRelu => {
-                                cell::rnn_backward::<T, true>(h, r.gate, r.dh, r.dg)
-                            }
-                        }
-                    });
+                        },
+                    );
                 }
                 if proj.is_some() {
                     // dW_hr += dh'^T m (padded rows of both are zero).

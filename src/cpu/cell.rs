@@ -36,15 +36,39 @@ pub(crate) fn lstm_forward<T: Float, const TRAIN: bool>(
     c: &mut [T],
     out: &mut [T],
 ) {
-    let (ai, af, ag, ao) = blocks!(acc, h; 0, 1, 2, 3);
-    let (bi, bf, bg, bo) = blocks!(bias, h; 0, 1, 2, 3);
-    let c = &mut c[..h];
-    let out = &mut out[..h];
     let (xi, rest) = gates.split_at_mut(h);
     let (xf, rest) = rest.split_at_mut(h);
     let (xg, rest) = rest.split_at_mut(h);
     let (xo, rest) = rest.split_at_mut(h);
     let cp = if TRAIN { &mut rest[..h] } else { &mut [][..] };
+    let (a, b) = (blocks4(acc, h), blocks4(bias, h));
+    lstm_forward_loop::<T, TRAIN>(h, [xi, xf, xg, xo], a, b, &mut c[..h], &mut out[..h], cp);
+}
+
+/// `s`'s first four `H`-element blocks.
+#[inline(always)]
+fn blocks4<T>(s: &[T], h: usize) -> [&[T]; 4] {
+    let (a, b, c, d) = blocks!(s, h; 0, 1, 2, 3);
+    [a, b, c, d]
+}
+
+/// The loop of [`lstm_forward`]. Every block is its own parameter, so the compiler knows
+/// that they do not overlap and vectorises without runtime alias checks.
+#[inline(always)]
+fn lstm_forward_loop<T: Float, const TRAIN: bool>(
+    h: usize,
+    [xi, xf, xg, xo]: [&mut [T]; 4],
+    [ai, af, ag, ao]: [&[T]; 4],
+    [bi, bf, bg, bo]: [&[T]; 4],
+    c: &mut [T],
+    out: &mut [T],
+    cp: &mut [T],
+) {
+    let (xi, xf, xg, xo) = (&mut xi[..h], &mut xf[..h], &mut xg[..h], &mut xo[..h]);
+    let (ai, af, ag, ao) = (&ai[..h], &af[..h], &ag[..h], &ao[..h]);
+    let (bi, bf, bg, bo) = (&bi[..h], &bf[..h], &bg[..h], &bo[..h]);
+    let (c, out) = (&mut c[..h], &mut out[..h]);
+    let cp = if TRAIN { &mut cp[..h] } else { cp };
     for j in 0..h {
         let i = sigmoid(xi[j] + ai[j] + bi[j]);
         let f = sigmoid(xf[j] + af[j] + bf[j]);

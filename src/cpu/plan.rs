@@ -57,6 +57,9 @@ pub(crate) struct Plan<'d> {
     pub(crate) padded: bool,
     /// Threads of rayon's pool this call may use.
     pub(crate) threads: usize,
+    /// Inference projects the input this many bytes of projections at a time (at least
+    /// one step): small enough that a step finds its projection in cache.
+    pub(crate) block_bytes: usize,
 }
 
 impl<'d> Plan<'d> {
@@ -78,6 +81,7 @@ impl<'d> Plan<'d> {
             padded: lengths.iter().any(|&len| len < desc.seq_length),
             lengths,
             threads: rayon::current_num_threads().max(1),
+            block_bytes: 1 << 20,
         }
     }
 
