@@ -265,7 +265,7 @@ impl<T: Float> Direction<'_, T> {
     /// Weight and bias gradients of this pseudo-layer from the gate gradients `gates`.
     fn weight_grads(&self, gates: &[T], dw: &mut [T], dw_hr: &[T]) {
         let plan = self.plan;
-        let (h, p, gh, rows, nd) = (plan.h, plan.p, plan.gh(), plan.rows(), plan.nd);
+        let (h, p, gh, rows) = (plan.h, plan.p, plan.gh(), plan.rows());
         let width = plan.gate_width(true);
         let gru = plan.spec.mode == RnnMode::Gru;
         let base = plan.params_range(self.layer, self.d).start;
@@ -341,7 +341,6 @@ impl<T: Float> Direction<'_, T> {
         if let Some(range) = entry(ParamKind::WeightHr) {
             dw[range].copy_from_slice(dw_hr);
         }
-        let _ = nd;
     }
 }
 

@@ -115,44 +115,21 @@ pub(crate) fn biases<T: Float>(plan: &Plan<'_>, w: &CellWeights<'_, T>) -> (Vec<
     (bias, b_hn)
 }
 
-/// The input projection of every step into `gates[:, 0..G·H]` (row width `width`):
-/// `input · W_ih^T`, or with skip input, the input copied into every gate block.
-pub(crate) fn project_input<T: Float>(
-    plan: &Plan<'_>,
-    input: &[T],
-    in_size: usize,
-    w: &CellWeights<'_, T>,
-    gates: &mut [T],
-    width: usize,
-    threads: usize,
-) {
-    project_rows(
-        plan.rows(),
-        plan.gh(),
-        plan.h,
-        width,
-        input,
-        in_size,
-        w,
-        gates,
-        threads,
-    );
-}
-
-/// The input projection of the first `rows` rows of `input` into `gates[:, 0..gh]` (row
-/// width `width`).
+/// The input projection of the first `rows` rows of `input` (`in_size` wide) into
+/// `gates[:, 0..G·H]` (rows `width` apart): `input · W_ih^T`, or with skip input, the input
+/// copied into every gate block.
 #[allow(clippy::too_many_arguments)]
-fn project_rows<T: Float>(
+fn project<T: Float>(
+    plan: &Plan<'_>,
     rows: usize,
-    gh: usize,
-    h: usize,
-    width: usize,
     input: &[T],
     in_size: usize,
     w: &CellWeights<'_, T>,
     gates: &mut [T],
+    width: usize,
     threads: usize,
 ) {
+    let (gh, h) = (plan.gh(), plan.h);
     match w.w_ih {
         Some(w_ih) => gemm(
             MatMut::rows(gates, rows, gh, width),
@@ -273,8 +250,10 @@ impl<T: Float> Direction<'_, T> {
         let steps: Vec<usize> = plan.scan(self.d).collect();
         if TRAIN {
             let width = plan.gate_width(true);
-            project_input(
+            let rows = plan.rows();
+            project(
                 plan,
+                rows,
                 self.input,
                 self.in_size,
                 &self.w,
@@ -317,15 +296,15 @@ impl<T: Float> Direction<'_, T> {
                 } else {
                     &self.input[lo * batch * in_size..(lo + n) * batch * in_size]
                 };
-                project_rows(
-                    n * batch,
-                    gh,
-                    h,
-                    gh,
+                let rows = n * batch;
+                project(
+                    plan,
+                    rows,
                     rows_in,
                     in_size,
                     &self.w,
                     &mut xw,
+                    gh,
                     self.threads,
                 );
                 let mut rows: Vec<&mut [T]> = xw.chunks_mut(gh).take(n * batch).collect();
