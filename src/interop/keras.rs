@@ -17,6 +17,24 @@
 //! Tested against Keras 3's own outputs (run on its torch backend, so without
 //! TensorFlow), for import and export (`tests/fixtures/interop/generate.py`).
 //!
+//! ```
+//! use burn::backend::NdArray;
+//! use burn_fused_rnn::interop::keras;
+//! use burn_fused_rnn::{FusedRnn, FusedRnnConfig, RnnMode};
+//!
+//! # fn main() -> Result<(), burn_fused_rnn::interop::InteropError> {
+//! let device = Default::default();
+//! let lstm = FusedRnnConfig::new(RnnMode::Lstm, 3, 4)
+//!     .with_bidirectional(true)
+//!     .init::<NdArray>(&device);
+//! let layers = keras::export(&lstm)?; // [Bidirectional(LSTM(4))]
+//! assert_eq!(layers[0].forward.kernel.shape.to_vec(), [3, 16]);
+//! let back: FusedRnn<NdArray> = keras::import(&layers, &device)?;
+//! # let _ = back;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! What is refused, and why: Note [What conversions refuse] in [`crate::interop`].
 
 use burn::tensor::backend::Backend;
@@ -208,7 +226,7 @@ pub fn import<B: Backend>(
             return Err(InteropError::unsupported(
                 format!("{path}kind"),
                 layer.kind,
-                &format!(
+                format!(
                     "layers[0] is {kind:?} ({}): a fused stack runs one cell",
                     mode.name()
                 ),

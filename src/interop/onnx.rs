@@ -20,6 +20,26 @@
 //! Reading an ONNX file is left to an ONNX crate: these functions take the initializers'
 //! values as [`TensorData`] and the node's attributes as fields of [`OnnxRnnNode`].
 //!
+//! ```
+//! use burn::backend::NdArray;
+//! use burn_fused_rnn::interop::onnx;
+//! use burn_fused_rnn::{FusedRnn, FusedRnnConfig, RnnMode};
+//!
+//! # fn main() -> Result<(), burn_fused_rnn::interop::InteropError> {
+//! let device = Default::default();
+//! let gru = FusedRnnConfig::new(RnnMode::Gru, 3, 4)
+//!     .with_num_layers(2)
+//!     .with_bidirectional(true)
+//!     .init::<NdArray>(&device);
+//! let nodes = onnx::export(&gru)?; // one GRU node per layer
+//! assert_eq!(nodes[1].w.shape.to_vec(), [2, 12, 8]); // [D, 3H, D*H]
+//! assert_eq!(nodes[0].linear_before_reset, 1);
+//! let back: FusedRnn<NdArray> = onnx::import(&nodes, &device)?;
+//! assert!(back.flat_weights().all_close(gru.flat_weights(), None, Some(0.0)));
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! What is refused, and why: Note [What conversions refuse] in [`crate::interop`].
 
 use burn::tensor::backend::Backend;
@@ -171,7 +191,7 @@ impl OnnxRnnNode {
                 return Err(InteropError::unsupported(
                     opt("activations"),
                     &self.activations,
-                    &format!(
+                    format!(
                         "the fused {:?} cells use {:?} per direction{}",
                         self.op,
                         self.op.default_activations(),

@@ -6,19 +6,29 @@
 //! lookup by name and exporting writes each tensor under its name: no gate is reordered and
 //! no matrix transposed.
 //!
-//! ```no_run
+//! ```
 //! use burn::backend::NdArray;
 //! use burn_fused_rnn::interop::PytorchImport;
-//! use burn_fused_rnn::RnnMode;
+//! use burn_fused_rnn::{FusedRnn, RnnMode};
 //!
 //! # fn main() -> Result<(), burn_fused_rnn::interop::InteropError> {
 //! let device = Default::default();
-//! // torch.save(model.state_dict(), "model.pt"), where model.encoder.rnn is an nn.LSTM
-//! let lstm = PytorchImport::new(RnnMode::Lstm)
+//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/interop");
+//! // torch.save(model.state_dict(), "model_lstm_proj.pt"), where model.encoder.rnn is
+//! // nn.LSTM(3, 5, num_layers=2, bidirectional=True, proj_size=3, batch_first=True)
+//! let lstm: FusedRnn<NdArray> = PytorchImport::new(RnnMode::Lstm)
 //!     .with_prefix("encoder.rnn.")
-//!     .with_batch_first(false) // PyTorch's default; the state_dict does not record it
-//!     .load::<NdArray>("model.pt", &device)?;
-//! lstm.save_pytorch_safetensors("lstm.safetensors", "")?;
+//!     .load(format!("{dir}/model_lstm_proj.pt"), &device)?;
+//! assert_eq!((lstm.spec().num_layers, lstm.spec().proj_size), (2, Some(3)));
+//!
+//! // A bare nn.LSTM(3, 4, num_layers=2, bidirectional=True) in PyTorch's default layout.
+//! let lstm: FusedRnn<NdArray> = PytorchImport::new(RnnMode::Lstm)
+//!     .with_batch_first(false) // a state_dict does not record it
+//!     .load(format!("{dir}/lstm.pt"), &device)?;
+//!
+//! // For nn.LSTM(...).load_state_dict(safetensors.torch.load_file(path)).
+//! let path = std::env::temp_dir().join("burn_fused_rnn_doc_lstm.safetensors");
+//! lstm.save_pytorch_safetensors(&path, "")?;
 //! # Ok(())
 //! # }
 //! ```

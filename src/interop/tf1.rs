@@ -25,6 +25,25 @@
 //! and applied to PyTorch modules' weights, and against a numpy transcription of the TF1
 //! cells run on the result (`tests/fixtures/interop/generate.py`), not against TF1 itself.
 //!
+//! ```
+//! use burn::backend::NdArray;
+//! use burn_fused_rnn::interop::tf1;
+//! use burn_fused_rnn::{FusedRnn, FusedRnnConfig, RnnMode};
+//!
+//! # fn main() -> Result<(), burn_fused_rnn::interop::InteropError> {
+//! let device = Default::default();
+//! let lstm = FusedRnnConfig::new(RnnMode::Lstm, 3, 4)
+//!     .with_batch_first(false)
+//!     .init::<NdArray>(&device);
+//! let tensors = tf1::export(&lstm, "")?;
+//! let kernel = &tensors["rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/kernel"];
+//! assert_eq!(kernel.shape.to_vec(), [3 + 4, 16]);
+//! let back: FusedRnn<NdArray> = tf1::import(RnnMode::Lstm, &tensors, "", &device)?;
+//! assert!(!back.batch_first()); // TF1's cuDNN RNNs are sequence-first
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! What is refused, and why: Note [What conversions refuse] in [`crate::interop`].
 
 use std::collections::BTreeMap;

@@ -13,8 +13,8 @@ use crate::ops::fused_rnn;
 /// call of the fused op with `seq_length = 1`, every layer at once.
 ///
 /// [`FusedRnn::forward`] concatenates the canonical weights into the flat vector on every
-/// call, a copy of every weight that a one-step call pays as often as it computes; a
-/// prepared module skips it.
+/// call, a copy of every weight that a one-step call pays once per step; a prepared module
+/// pays it once.
 ///
 /// # Note [Step-by-step decoding]
 ///
@@ -28,8 +28,35 @@ use crate::ops::fused_rnn;
 ///   gradients of a stepped loss reach the module's parameters.
 /// - No dropout is applied: decoding is inference (a training forward draws its masks
 ///   per call, which per-step calls could not reproduce).
-/// - On the cuDNN path each step still hands the flat weights to cuDNN, which checks and,
-///   where its layout differs, repacks them per call; only the concatenation is saved.
+/// - What a prepared module saves is the concatenation only. The op underneath may still
+///   re-lay out the weights on every call: the reference path (NdArray, Flex) rebuilds its
+///   per-gate transposed weight blocks and starts its host threads per call, which at
+///   batch 1 makes a step much slower than burn-nn's `Lstm` with `T = 1` (`benches/step.rs`,
+///   numbers in the README); the cuDNN path checks and, where its layout differs, repacks
+///   the flat weights per call.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::tensor::{Distribution, Tensor};
+/// use burn_fused_rnn::{FusedRnnConfig, RnnMode};
+///
+/// let device = Default::default();
+/// let lstm = FusedRnnConfig::new(RnnMode::Lstm, 8, 16)
+///     .with_num_layers(2)
+///     .init::<NdArray>(&device);
+/// let x = Tensor::<NdArray, 3>::random([4, 10, 8], Distribution::Default, &device);
+///
+/// let decoder = lstm.prepare();
+/// let mut state = None;
+/// for t in 0..10 {
+///     let x_t = x.clone().narrow(1, t, 1).squeeze_dim(1); // [batch_size, d_input]
+///     let (y_t, next) = decoder.step(x_t, state);
+///     assert_eq!(y_t.dims(), [4, 16]);
+///     state = Some(next);
+/// }
+/// let (_, full) = lstm.forward(x, None);
+/// assert!(state.unwrap().hidden.all_close(full.hidden, None, Some(1e-5)));
+/// ```
 #[derive(Clone, Debug)]
 pub struct PreparedRnn<B: FusedRnnBackend> {
     weights: Tensor<B, 1>,
