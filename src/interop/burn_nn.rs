@@ -1,6 +1,6 @@
 //! burn-nn's recurrent modules (`burn::nn::{Lstm, BiLstm, Gru, BiGru, Rnn, BiRnn}`), one
-//! layer or a stack of them, to and from a [`FusedRnn`], and burn-nn's states to and from
-//! [`RnnState`].
+//! layer or a stack of them, to and from a [`FusedRnn`]. burn-nn's states convert to and
+//! from [`RnnState`](crate::RnnState) with `From` / `TryFrom`.
 //!
 //! burn-nn keeps one `Linear` per gate (`GateController { input_transform,
 //! hidden_transform }`, weights `[d_input, d_hidden]`, applied as `x W + b`); the fused
@@ -39,9 +39,7 @@
 
 use burn::module::Param;
 use burn::nn::activation::{Activation, ActivationConfig};
-use burn::nn::{
-    BiGru, BiLstm, BiRnn, GateController, Gru, Linear, Lstm, LstmState, Rnn, RnnState as NnRnnState,
-};
+use burn::nn::{BiGru, BiLstm, BiRnn, GateController, Gru, Linear, Lstm, Rnn};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
@@ -49,7 +47,7 @@ use super::canonical::{cell_weights, Canonical};
 use super::InteropError;
 use crate::config::{FusedRnnConfig, RnnMode};
 use crate::layout::{param_name, ParamKind};
-use crate::module::{FusedRnn, RnnState};
+use crate::module::FusedRnn;
 
 /// One gate of one direction in canonical form: `W_ih` block `[H, d_input]`, `W_hh` block
 /// `[H, H]`, and the two bias blocks `[H]` when present.
@@ -841,112 +839,5 @@ impl<B: Backend> FusedRnn<B> {
             })
             .collect();
         Ok(layers)
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// States
-
-impl<B: Backend> From<LstmState<B, 3>> for RnnState<B> {
-    /// `BiLstm`'s state (`[2, batch_size, d_hidden]`), or any `[L*D, batch_size, H]`
-    /// LSTM state, by field: burn-nn's `LstmState::new(cell, hidden)` takes the opposite
-    /// order from [`RnnState::lstm`]`(hidden, cell)`, so go through the fields.
-    fn from(state: LstmState<B, 3>) -> Self {
-        RnnState::lstm(state.hidden, state.cell)
-    }
-}
-
-impl<B: Backend> From<LstmState<B, 2>> for RnnState<B> {
-    /// `Lstm`'s state (`[batch_size, d_hidden]`), as the state of a one-layer,
-    /// one-direction module (`[1, batch_size, d_hidden]`).
-    fn from(state: LstmState<B, 2>) -> Self {
-        RnnState::lstm(state.hidden.unsqueeze_dim(0), state.cell.unsqueeze_dim(0))
-    }
-}
-
-impl<B: Backend> From<NnRnnState<B, 3>> for RnnState<B> {
-    /// `BiRnn`'s state (`[2, batch_size, d_hidden]`).
-    fn from(state: NnRnnState<B, 3>) -> Self {
-        RnnState::hidden_only(state.hidden)
-    }
-}
-
-impl<B: Backend> From<NnRnnState<B, 2>> for RnnState<B> {
-    /// `Rnn`'s state (`[batch_size, d_hidden]`) as `[1, batch_size, d_hidden]`.
-    fn from(state: NnRnnState<B, 2>) -> Self {
-        RnnState::hidden_only(state.hidden.unsqueeze_dim(0))
-    }
-}
-
-fn no_cell() -> InteropError {
-    unsupported(
-        "cell".into(),
-        "None",
-        "an LstmState needs a cell state: this is the state of a GRU or RNN",
-    )
-}
-
-fn has_cell() -> InteropError {
-    unsupported(
-        "cell".into(),
-        "Some(..)",
-        "a hidden-only state would drop the LSTM's cell state: convert to an LstmState",
-    )
-}
-
-fn single<B: Backend>(t: Tensor<B, 3>) -> Result<Tensor<B, 2>, InteropError> {
-    let [n, b, h] = t.dims();
-    if n != 1 {
-        return Err(InteropError::Shape {
-            key: "state".into(),
-            expected: vec![1, b, h],
-            got: vec![n, b, h],
-            context: "a one-layer, one-direction state; see RnnState::into_layers".into(),
-        });
-    }
-    Ok(t.squeeze_dim(0))
-}
-
-impl<B: Backend> TryFrom<RnnState<B>> for LstmState<B, 3> {
-    type Error = InteropError;
-
-    /// An LSTM state, `[L*D, batch_size, H]` (for a `BiLstm`, `L*D = 2`).
-    fn try_from(state: RnnState<B>) -> Result<Self, InteropError> {
-        let cell = state.cell.ok_or_else(no_cell)?;
-        Ok(LstmState::new(cell, state.hidden))
-    }
-}
-
-impl<B: Backend> TryFrom<RnnState<B>> for LstmState<B, 2> {
-    type Error = InteropError;
-
-    /// The state of a one-layer, one-direction LSTM, as burn-nn's `Lstm` takes it.
-    fn try_from(state: RnnState<B>) -> Result<Self, InteropError> {
-        let cell = state.cell.ok_or_else(no_cell)?;
-        Ok(LstmState::new(single(cell)?, single(state.hidden)?))
-    }
-}
-
-impl<B: Backend> TryFrom<RnnState<B>> for NnRnnState<B, 3> {
-    type Error = InteropError;
-
-    /// A GRU or RNN state, `[L*D, batch_size, H]`.
-    fn try_from(state: RnnState<B>) -> Result<Self, InteropError> {
-        if state.cell.is_some() {
-            return Err(has_cell());
-        }
-        Ok(NnRnnState::new(state.hidden))
-    }
-}
-
-impl<B: Backend> TryFrom<RnnState<B>> for NnRnnState<B, 2> {
-    type Error = InteropError;
-
-    /// The state of a one-layer, one-direction RNN, as burn-nn's `Rnn` takes it.
-    fn try_from(state: RnnState<B>) -> Result<Self, InteropError> {
-        if state.cell.is_some() {
-            return Err(has_cell());
-        }
-        Ok(NnRnnState::new(single(state.hidden)?))
     }
 }

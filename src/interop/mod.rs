@@ -44,6 +44,7 @@
 
 mod canonical;
 mod error;
+mod state;
 
 pub mod burn_nn;
 pub mod keras;
