@@ -56,6 +56,7 @@ pub mod cudnn;
 pub mod descriptor;
 #[cfg(feature = "fusion")]
 pub mod fusion;
+pub mod interop;
 pub mod layout;
 mod module;
 pub mod op_types;
@@ -68,7 +69,9 @@ pub use backend::{FusedRnnBackend, RnnGrads, RnnInputs, RnnOutput, RnnOutputGrad
 pub use config::{FusedRnnConfig, InputMode, RnnMode, RnnSpec};
 pub use descriptor::{DropoutSpec, RnnDescriptor};
 pub use layout::{params_size, ParamKind, RnnLayout};
-pub use module::{FusedRnn, FusedRnnLoadError, FusedRnnRecord, RnnCell, RnnCellRecord, RnnState};
+pub use module::{
+    FusedRnn, FusedRnnLoadError, FusedRnnRecord, PreparedRnn, RnnCell, RnnCellRecord, RnnState,
+};
 pub use ops::{fused_rnn, reserve_bytes, FusedRnnOutput};
 
 /// Burn's Wgpu backend without fusion: the reference path, on the GPU (or on the CPU

@@ -1,0 +1,843 @@
+//! burn-nn's recurrent modules (`burn::nn::{Lstm, BiLstm, Gru, BiGru, Rnn, BiRnn}`), one
+//! layer or a stack of them, to and from a [`FusedRnn`]. burn-nn's states convert to and
+//! from [`RnnState`](crate::RnnState) with `From` / `TryFrom`.
+//!
+//! burn-nn keeps one `Linear` per gate (`GateController { input_transform,
+//! hidden_transform }`, weights `[d_input, d_hidden]`, applied as `x W + b`); the fused
+//! module stacks the gates of each matrix in cuDNN's order and keeps PyTorch's orientation
+//! (`[G*H, d_input]`, applied as `x Wᵀ + b`). Converting transposes each gate's matrix and
+//! stacks or splits them: LSTM `input_gate, forget_gate, cell_gate, output_gate` ↔
+//! `i, f, g, o`; GRU `reset_gate, update_gate, new_gate` ↔ `r, z, n`; RNN `gate`. The
+//! modules these conversions produce compute the same outputs as the ones they come from
+//! (tested on random inputs against burn-nn's own forward).
+//!
+//! What is refused, and why: Note [What conversions refuse] in [`crate::interop`].
+//!
+//! ```
+//! use burn::backend::NdArray;
+//! use burn::nn::{BiLstm, BiLstmConfig, LstmState};
+//! use burn::tensor::{Distribution, Tensor};
+//! use burn_fused_rnn::{FusedRnn, RnnState};
+//!
+//! # fn main() -> Result<(), burn_fused_rnn::interop::InteropError> {
+//! let device = Default::default();
+//! let bilstm = BiLstmConfig::new(8, 16, true).init::<NdArray>(&device);
+//! let fused = FusedRnn::from_burn_nn(&bilstm)?; // one fused op instead of 16 matmuls a step
+//!
+//! let x = Tensor::<NdArray, 3>::random([2, 5, 8], Distribution::Default, &device);
+//! let (y, state) = fused.forward(x.clone(), None);
+//! let (y_nn, state_nn) = bilstm.forward(x, None);
+//! assert!(y.all_close(y_nn, None, Some(1e-5)));
+//! let state_nn = RnnState::from(state_nn); // LstmState<B, 3> -> RnnState
+//! assert!(state.hidden.all_close(state_nn.hidden, None, Some(1e-5)));
+//!
+//! let back: BiLstm<NdArray> = fused.to_burn_nn()?;
+//! # let _ = back;
+//! # Ok(())
+//! # }
+//! ```
+
+use burn::module::Param;
+use burn::nn::activation::{Activation, ActivationConfig};
+use burn::nn::{BiGru, BiLstm, BiRnn, GateController, Gru, Linear, Lstm, Rnn};
+use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+
+use super::canonical::{cell_weights, Canonical};
+use super::InteropError;
+use crate::config::{FusedRnnConfig, RnnMode};
+use crate::layout::{param_name, ParamKind};
+use crate::module::FusedRnn;
+
+/// One gate of one direction in canonical form: `W_ih` block `[H, d_input]`, `W_hh` block
+/// `[H, H]`, and the two bias blocks `[H]` when present.
+#[doc(hidden)]
+pub struct GateParts<B: Backend> {
+    weight_ih: Tensor<B, 2>,
+    weight_hh: Tensor<B, 2>,
+    bias_ih: Option<Tensor<B, 1>>,
+    bias_hh: Option<Tensor<B, 1>>,
+}
+
+/// One burn-nn layer in canonical form.
+#[doc(hidden)]
+pub struct LayerParts<B: Backend> {
+    mode: RnnMode,
+    batch_first: Option<bool>,
+    /// Per direction (forward, then reverse), per gate in canonical order.
+    directions: Vec<Vec<GateParts<B>>>,
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A burn-nn recurrent module that converts to and from ONE layer of a [`FusedRnn`]:
+/// `Lstm`, `BiLstm`, `Gru`, `BiGru`, `Rnn` and `BiRnn` from `burn::nn`.
+///
+/// Used through [`FusedRnn::from_burn_nn`], [`FusedRnn::from_burn_nn_stack`],
+/// [`FusedRnn::to_burn_nn`] and [`FusedRnn::to_burn_nn_stack`].
+pub trait BurnNnLayer<B: Backend>: Sized + sealed::Sealed {
+    /// The type's name in burn-nn, for errors.
+    const NAME: &'static str;
+    /// The cell this type computes ([`RnnMode::RnnTanh`] for `Rnn` / `BiRnn`, whose
+    /// activation also allows [`RnnMode::RnnRelu`]).
+    const MODE: RnnMode;
+    /// Whether the type runs both directions.
+    const BIDIRECTIONAL: bool;
+
+    /// The layer in canonical form, after refusing what the fused op cannot express;
+    /// `path` names the layer in errors (e.g. `layers[1].`).
+    #[doc(hidden)]
+    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError>;
+
+    /// The layer holding `parts` (whose mode and directions fit the type).
+    #[doc(hidden)]
+    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self;
+}
+
+fn unsupported(option: String, value: impl core::fmt::Debug, reason: &str) -> InteropError {
+    InteropError::unsupported(option, value, reason)
+}
+
+fn activation_name<B: Backend>(a: &Activation<B>) -> &'static str {
+    match a {
+        Activation::Sigmoid(_) => "Sigmoid",
+        Activation::Tanh(_) => "Tanh",
+        Activation::Relu(_) => "Relu",
+        Activation::Gelu(_) => "Gelu",
+        Activation::LeakyRelu(_) => "LeakyRelu",
+        Activation::HardSigmoid(_) => "HardSigmoid",
+        _ => "a custom activation",
+    }
+}
+
+/// Refuses an activation other than `expected` (a name from [`activation_name`]).
+fn check_activation<B: Backend>(
+    option: String,
+    got: &Activation<B>,
+    expected: &str,
+    role: &str,
+) -> Result<(), InteropError> {
+    let name = activation_name(got);
+    if name == expected {
+        Ok(())
+    } else {
+        Err(unsupported(
+            option,
+            name,
+            &format!("the fused cells use {expected} for {role}, as cuDNN and PyTorch do"),
+        ))
+    }
+}
+
+fn check_clip(option: String, clip: Option<f64>, what: &str) -> Result<(), InteropError> {
+    match clip {
+        None => Ok(()),
+        Some(c) => Err(unsupported(
+            option,
+            Some(c),
+            &format!("cuDNN's cells do not clip the {what}"),
+        )),
+    }
+}
+
+fn lone_reverse(option: String) -> InteropError {
+    unsupported(
+        option,
+        true,
+        "the fused op runs a reverse direction only as the second half of a bidirectional layer; \
+         use the Bi* module, or reverse the sequence before and after a forward layer",
+    )
+}
+
+/// A gate's canonical blocks, with its shapes checked: `W_ih` `[d_input, H]` and `W_hh`
+/// `[H, H]` in burn-nn's orientation.
+fn gate_parts<B: Backend>(
+    gate: &GateController<B>,
+    path: &str,
+    d_hidden: usize,
+) -> Result<GateParts<B>, InteropError> {
+    let linear = |l: &Linear<B>, name: &str, d_in: Option<usize>| {
+        let w = l.weight.val().detach();
+        let [rows, cols] = w.dims();
+        let expected = [d_in.unwrap_or(rows), d_hidden];
+        if [rows, cols] != expected {
+            return Err(InteropError::Shape {
+                key: format!("{path}{name}.weight"),
+                expected: expected.to_vec(),
+                got: vec![rows, cols],
+                context: "[d_input, d_hidden] in burn-nn's orientation".into(),
+            });
+        }
+        let b = match &l.bias {
+            Some(b) => {
+                let b = b.val().detach();
+                if b.dims() != [d_hidden] {
+                    return Err(InteropError::shape(
+                        format!("{path}{name}.bias"),
+                        &[d_hidden],
+                        &b.dims(),
+                    ));
+                }
+                Some(b)
+            }
+            None => None,
+        };
+        Ok((w.transpose(), b))
+    };
+    let (weight_ih, bias_ih) = linear(&gate.input_transform, "input_transform", None)?;
+    let (weight_hh, bias_hh) = linear(&gate.hidden_transform, "hidden_transform", Some(d_hidden))?;
+    Ok(GateParts {
+        weight_ih,
+        weight_hh,
+        bias_ih,
+        bias_hh,
+    })
+}
+
+/// A burn-nn gate from canonical blocks.
+fn gate_controller<B: Backend>(parts: GateParts<B>) -> GateController<B> {
+    let linear = |w: Tensor<B, 2>, b: Option<Tensor<B, 1>>| Linear {
+        weight: Param::from_tensor(w.transpose()),
+        bias: b.map(Param::from_tensor),
+    };
+    GateController {
+        input_transform: linear(parts.weight_ih, parts.bias_ih),
+        hidden_transform: linear(parts.weight_hh, parts.bias_hh),
+    }
+}
+
+/// Checks of one burn-nn `Lstm` that the fused op can run it; `reverse_ignored` for the
+/// reverse half of a `BiLstm`, which runs whatever its flag says.
+fn lstm_parts<B: Backend>(
+    lstm: &Lstm<B>,
+    path: &str,
+    reverse_ignored: bool,
+) -> Result<Vec<GateParts<B>>, InteropError> {
+    if lstm.reverse && !reverse_ignored {
+        return Err(lone_reverse(format!("{path}reverse")));
+    }
+    check_clip(format!("{path}clip"), lstm.clip, "cell state")?;
+    if lstm.input_forget {
+        return Err(unsupported(
+            format!("{path}input_forget"),
+            true,
+            "cuDNN's LSTM has an independent forget gate (f = σ(..), not 1 - i)",
+        ));
+    }
+    check_activation(
+        format!("{path}gate_activation"),
+        &lstm.gate_activation,
+        "Sigmoid",
+        "the input, forget and output gates",
+    )?;
+    check_activation(
+        format!("{path}cell_activation"),
+        &lstm.cell_activation,
+        "Tanh",
+        "the cell candidate",
+    )?;
+    check_activation(
+        format!("{path}hidden_activation"),
+        &lstm.hidden_activation,
+        "Tanh",
+        "the cell state's output",
+    )?;
+    let h = lstm.d_hidden;
+    Ok(vec![
+        gate_parts(&lstm.input_gate, &format!("{path}input_gate."), h)?,
+        gate_parts(&lstm.forget_gate, &format!("{path}forget_gate."), h)?,
+        gate_parts(&lstm.cell_gate, &format!("{path}cell_gate."), h)?,
+        gate_parts(&lstm.output_gate, &format!("{path}output_gate."), h)?,
+    ])
+}
+
+fn gru_parts<B: Backend>(gru: &Gru<B>, path: &str) -> Result<Vec<GateParts<B>>, InteropError> {
+    if !gru.reset_after {
+        return Err(unsupported(
+            format!("{path}reset_after"),
+            false,
+            "cuDNN's GRU applies the reset gate after the recurrent matrix, \
+             n = tanh(W_n x + b_Wn + r ∘ (R_n h + b_Rn)), and has no reset-before mode",
+        ));
+    }
+    check_clip(format!("{path}clip"), gru.clip, "hidden state")?;
+    check_activation(
+        format!("{path}gate_activation"),
+        &gru.gate_activation,
+        "Sigmoid",
+        "the reset and update gates",
+    )?;
+    check_activation(
+        format!("{path}hidden_activation"),
+        &gru.hidden_activation,
+        "Tanh",
+        "the new gate",
+    )?;
+    let h = gru.d_hidden;
+    Ok(vec![
+        gate_parts(&gru.reset_gate, &format!("{path}reset_gate."), h)?,
+        gate_parts(&gru.update_gate, &format!("{path}update_gate."), h)?,
+        gate_parts(&gru.new_gate, &format!("{path}new_gate."), h)?,
+    ])
+}
+
+fn rnn_parts<B: Backend>(
+    rnn: &Rnn<B>,
+    path: &str,
+    reverse_ignored: bool,
+) -> Result<(RnnMode, Vec<GateParts<B>>), InteropError> {
+    if rnn.reverse && !reverse_ignored {
+        return Err(lone_reverse(format!("{path}reverse")));
+    }
+    check_clip(format!("{path}clip"), rnn.clip, "hidden state")?;
+    let mode = match &rnn.hidden_activation {
+        Activation::Tanh(_) => RnnMode::RnnTanh,
+        Activation::Relu(_) => RnnMode::RnnRelu,
+        other => {
+            return Err(unsupported(
+                format!("{path}hidden_activation"),
+                activation_name(other),
+                "the fused RNN cells use Tanh or Relu",
+            ))
+        }
+    };
+    let gate = gate_parts(&rnn.gate, &format!("{path}gate."), rnn.d_hidden)?;
+    Ok((mode, vec![gate]))
+}
+
+/// The checks of a `Bi*` module's inner forward layer, which it calls through its own
+/// `forward` with batch-first input.
+fn check_inner_forward(path: &str, batch_first: bool) -> Result<(), InteropError> {
+    if batch_first {
+        Ok(())
+    } else {
+        Err(unsupported(
+            format!("{path}forward.batch_first"),
+            false,
+            "the Bi* module passes batch-first input to its inner forward layer, which then \
+             runs over the batch axis",
+        ))
+    }
+}
+
+fn sigmoid<B: Backend>(device: &B::Device) -> Activation<B> {
+    ActivationConfig::Sigmoid.init(device)
+}
+
+fn tanh<B: Backend>(device: &B::Device) -> Activation<B> {
+    ActivationConfig::Tanh.init(device)
+}
+
+fn take_gates<B: Backend, const N: usize>(gates: Vec<GateParts<B>>) -> [GateController<B>; N] {
+    let gates: Vec<_> = gates.into_iter().map(gate_controller).collect();
+    gates
+        .try_into()
+        .unwrap_or_else(|_| panic!("expected {N} gates"))
+}
+
+fn lstm_from_gates<B: Backend>(
+    gates: Vec<GateParts<B>>,
+    batch_first: bool,
+    device: &B::Device,
+) -> Lstm<B> {
+    let d_hidden = gates[0].weight_hh.dims()[0];
+    let [input_gate, forget_gate, cell_gate, output_gate] = take_gates(gates);
+    Lstm {
+        input_gate,
+        forget_gate,
+        output_gate,
+        cell_gate,
+        d_hidden,
+        batch_first,
+        reverse: false,
+        clip: None,
+        input_forget: false,
+        gate_activation: sigmoid(device),
+        cell_activation: tanh(device),
+        hidden_activation: tanh(device),
+    }
+}
+
+fn gru_from_gates<B: Backend>(gates: Vec<GateParts<B>>, device: &B::Device) -> Gru<B> {
+    let d_hidden = gates[0].weight_hh.dims()[0];
+    let [reset_gate, update_gate, new_gate] = take_gates(gates);
+    Gru {
+        update_gate,
+        reset_gate,
+        new_gate,
+        d_hidden,
+        reset_after: true,
+        gate_activation: sigmoid(device),
+        hidden_activation: tanh(device),
+        clip: None,
+    }
+}
+
+fn rnn_from_gates<B: Backend>(
+    mode: RnnMode,
+    gates: Vec<GateParts<B>>,
+    batch_first: bool,
+    device: &B::Device,
+) -> Rnn<B> {
+    let d_hidden = gates[0].weight_hh.dims()[0];
+    let [gate] = take_gates(gates);
+    let activation = match mode {
+        RnnMode::RnnRelu => ActivationConfig::Relu,
+        _ => ActivationConfig::Tanh,
+    };
+    Rnn {
+        gate,
+        d_hidden,
+        batch_first,
+        reverse: false,
+        clip: None,
+        hidden_activation: activation.init(device),
+    }
+}
+
+impl<B: Backend> sealed::Sealed for Lstm<B> {}
+impl<B: Backend> BurnNnLayer<B> for Lstm<B> {
+    const NAME: &'static str = "Lstm";
+    const MODE: RnnMode = RnnMode::Lstm;
+    const BIDIRECTIONAL: bool = false;
+
+    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
+        Ok(LayerParts {
+            mode: RnnMode::Lstm,
+            batch_first: Some(self.batch_first),
+            directions: vec![lstm_parts(self, path, false)?],
+        })
+    }
+
+    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
+        let [gates] = directions(parts.directions);
+        lstm_from_gates(gates, parts.batch_first.unwrap_or(true), device)
+    }
+}
+
+impl<B: Backend> sealed::Sealed for BiLstm<B> {}
+impl<B: Backend> BurnNnLayer<B> for BiLstm<B> {
+    const NAME: &'static str = "BiLstm";
+    const MODE: RnnMode = RnnMode::Lstm;
+    const BIDIRECTIONAL: bool = true;
+
+    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
+        check_inner_forward(path, self.forward.batch_first)?;
+        check_same_hidden(
+            path,
+            self.d_hidden,
+            self.forward.d_hidden,
+            self.reverse.d_hidden,
+        )?;
+        Ok(LayerParts {
+            mode: RnnMode::Lstm,
+            batch_first: Some(self.batch_first),
+            directions: vec![
+                lstm_parts(&self.forward, &format!("{path}forward."), false)?,
+                lstm_parts(&self.reverse, &format!("{path}reverse."), true)?,
+            ],
+        })
+    }
+
+    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
+        let [fw, bw] = directions(parts.directions);
+        let forward = lstm_from_gates(fw, true, device);
+        BiLstm {
+            d_hidden: forward.d_hidden,
+            forward,
+            reverse: lstm_from_gates(bw, true, device),
+            batch_first: parts.batch_first.unwrap_or(true),
+        }
+    }
+}
+
+impl<B: Backend> sealed::Sealed for Gru<B> {}
+impl<B: Backend> BurnNnLayer<B> for Gru<B> {
+    const NAME: &'static str = "Gru";
+    const MODE: RnnMode = RnnMode::Gru;
+    const BIDIRECTIONAL: bool = false;
+
+    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
+        // burn-nn's Gru has no layout flag: it always takes batch-first input.
+        Ok(LayerParts {
+            mode: RnnMode::Gru,
+            batch_first: None,
+            directions: vec![gru_parts(self, path)?],
+        })
+    }
+
+    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
+        let [gates] = directions(parts.directions);
+        gru_from_gates(gates, device)
+    }
+}
+
+impl<B: Backend> sealed::Sealed for BiGru<B> {}
+impl<B: Backend> BurnNnLayer<B> for BiGru<B> {
+    const NAME: &'static str = "BiGru";
+    const MODE: RnnMode = RnnMode::Gru;
+    const BIDIRECTIONAL: bool = true;
+
+    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
+        check_same_hidden(
+            path,
+            self.d_hidden,
+            self.forward.d_hidden,
+            self.reverse.d_hidden,
+        )?;
+        Ok(LayerParts {
+            mode: RnnMode::Gru,
+            batch_first: Some(self.batch_first),
+            directions: vec![
+                gru_parts(&self.forward, &format!("{path}forward."))?,
+                gru_parts(&self.reverse, &format!("{path}reverse."))?,
+            ],
+        })
+    }
+
+    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
+        let [fw, bw] = directions(parts.directions);
+        let forward = gru_from_gates(fw, device);
+        BiGru {
+            d_hidden: forward.d_hidden,
+            forward,
+            reverse: gru_from_gates(bw, device),
+            batch_first: parts.batch_first.unwrap_or(true),
+        }
+    }
+}
+
+impl<B: Backend> sealed::Sealed for Rnn<B> {}
+impl<B: Backend> BurnNnLayer<B> for Rnn<B> {
+    const NAME: &'static str = "Rnn";
+    const MODE: RnnMode = RnnMode::RnnTanh;
+    const BIDIRECTIONAL: bool = false;
+
+    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
+        let (mode, gates) = rnn_parts(self, path, false)?;
+        Ok(LayerParts {
+            mode,
+            batch_first: Some(self.batch_first),
+            directions: vec![gates],
+        })
+    }
+
+    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
+        let [gates] = directions(parts.directions);
+        rnn_from_gates(parts.mode, gates, parts.batch_first.unwrap_or(true), device)
+    }
+}
+
+impl<B: Backend> sealed::Sealed for BiRnn<B> {}
+impl<B: Backend> BurnNnLayer<B> for BiRnn<B> {
+    const NAME: &'static str = "BiRnn";
+    const MODE: RnnMode = RnnMode::RnnTanh;
+    const BIDIRECTIONAL: bool = true;
+
+    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
+        check_inner_forward(path, self.forward.batch_first)?;
+        check_same_hidden(
+            path,
+            self.d_hidden,
+            self.forward.d_hidden,
+            self.reverse.d_hidden,
+        )?;
+        let (mode, fw) = rnn_parts(&self.forward, &format!("{path}forward."), false)?;
+        let (reverse_mode, bw) = rnn_parts(&self.reverse, &format!("{path}reverse."), true)?;
+        if reverse_mode != mode {
+            return Err(unsupported(
+                format!("{path}reverse.hidden_activation"),
+                reverse_mode.name(),
+                &format!(
+                    "the fused op runs one cell in both directions, and {path}forward runs {}",
+                    mode.name()
+                ),
+            ));
+        }
+        Ok(LayerParts {
+            mode,
+            batch_first: Some(self.batch_first),
+            directions: vec![fw, bw],
+        })
+    }
+
+    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
+        let mode = parts.mode;
+        let [fw, bw] = directions(parts.directions);
+        let forward = rnn_from_gates(mode, fw, true, device);
+        BiRnn {
+            d_hidden: forward.d_hidden,
+            forward,
+            reverse: rnn_from_gates(mode, bw, true, device),
+            batch_first: parts.batch_first.unwrap_or(true),
+        }
+    }
+}
+
+fn directions<B: Backend, const N: usize>(dirs: Vec<Vec<GateParts<B>>>) -> [Vec<GateParts<B>>; N] {
+    dirs.try_into()
+        .unwrap_or_else(|_| panic!("expected {N} directions"))
+}
+
+fn check_same_hidden(
+    path: &str,
+    outer: usize,
+    forward: usize,
+    reverse: usize,
+) -> Result<(), InteropError> {
+    for (name, h) in [("forward", forward), ("reverse", reverse)] {
+        if h != outer {
+            return Err(unsupported(
+                format!("{path}{name}.d_hidden"),
+                h,
+                &format!("the module's d_hidden is {outer}; both directions must share it"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl<B: Backend> FusedRnn<B> {
+    /// Converts one burn-nn layer (`Lstm`, `BiLstm`, `Gru`, `BiGru`, `Rnn`, `BiRnn`) into a
+    /// one-layer fused module computing the same outputs. Reads (and so initializes) the
+    /// layer's parameters; the new module's parameters are copies.
+    ///
+    /// The module takes the layer's `batch_first` (`Gru` has none: it is always
+    /// batch-first). Its dropout is 0.
+    ///
+    /// # Errors
+    ///
+    /// [`InteropError::Unsupported`] naming the option the fused op cannot express (Note
+    /// [What conversions refuse] in [`crate::interop`]), [`InteropError::Shape`] for a gate
+    /// whose `Linear` does not fit the layer's sizes.
+    pub fn from_burn_nn<L: BurnNnLayer<B>>(layer: &L) -> Result<Self, InteropError> {
+        Self::from_burn_nn_stack(core::slice::from_ref(layer))
+    }
+
+    /// Converts a stack of burn-nn layers, layer `k` fed with layer `k - 1`'s output, into
+    /// one fused module with `layers.len()` layers.
+    ///
+    /// # Errors
+    ///
+    /// As [`FusedRnn::from_burn_nn`], and [`InteropError::Unsupported`] naming
+    /// `layers[k].<option>` when the layers differ in cell, hidden size or layout, or when
+    /// a layer's input size is not the previous layer's output size. Layers without bias
+    /// next to layers with bias get zero biases (the same computation).
+    ///
+    /// # Panics
+    ///
+    /// If `layers` is empty.
+    pub fn from_burn_nn_stack<L: BurnNnLayer<B>>(layers: &[L]) -> Result<Self, InteropError> {
+        assert!(!layers.is_empty(), "expected at least one layer, got none");
+        let parts = layers
+            .iter()
+            .enumerate()
+            .map(|(k, l)| {
+                let path = if layers.len() == 1 {
+                    String::new()
+                } else {
+                    format!("layers[{k}].")
+                };
+                l.to_parts(&path)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let first = &parts[0];
+        let mode = first.mode;
+        let d_hidden = first.directions[0][0].weight_hh.dims()[0];
+        let d_input = first.directions[0][0].weight_ih.dims()[1];
+        let nd = first.directions.len();
+        let batch_first = first.batch_first;
+        let bias = parts.iter().any(|p| {
+            p.directions
+                .iter()
+                .flatten()
+                .any(|g| g.bias_ih.is_some() || g.bias_hh.is_some())
+        });
+        let device = first.directions[0][0].weight_hh.device();
+        for (k, p) in parts.iter().enumerate().skip(1) {
+            let option = |name: &str| format!("layers[{k}].{name}");
+            if p.mode != mode {
+                return Err(unsupported(
+                    option("hidden_activation"),
+                    p.mode.name(),
+                    &format!("layer 0 runs {}: a fused stack runs one cell", mode.name()),
+                ));
+            }
+            let h = p.directions[0][0].weight_hh.dims()[0];
+            if h != d_hidden {
+                return Err(unsupported(
+                    option("d_hidden"),
+                    h,
+                    &format!("layer 0 has d_hidden {d_hidden}: a fused stack has one hidden size"),
+                ));
+            }
+            let d_in = p.directions[0][0].weight_ih.dims()[1];
+            if d_in != nd * d_hidden {
+                return Err(unsupported(
+                    option("d_input"),
+                    d_in,
+                    &format!(
+                        "layer {k} takes layer {}'s output, of size {}",
+                        k - 1,
+                        nd * d_hidden
+                    ),
+                ));
+            }
+            if p.batch_first != batch_first {
+                return Err(unsupported(
+                    option("batch_first"),
+                    p.batch_first,
+                    &format!(
+                        "layer 0 has batch_first = {batch_first:?}: the layers of a stack share one layout"
+                    ),
+                ));
+            }
+        }
+        let config = FusedRnnConfig::new(mode, d_input, d_hidden)
+            .with_num_layers(parts.len())
+            .with_bidirectional(nd == 2)
+            .with_bias(bias)
+            .with_batch_first(batch_first.unwrap_or(true));
+        let mut canonical = Canonical::new(
+            mode,
+            Box::new(|l, d, k| format!("layers[{l}] {}", param_name(k, l, d))),
+        );
+        let gh = mode.num_gates() * d_hidden;
+        for (layer, p) in parts.into_iter().enumerate() {
+            for (direction, gates) in p.directions.into_iter().enumerate() {
+                let slot = |kind| (layer, direction, kind);
+                let name = |kind| format!("layers[{layer}] {}", param_name(kind, layer, direction));
+                let (mut w_ih, mut w_hh, mut b_ih, mut b_hh) = (vec![], vec![], vec![], vec![]);
+                for g in gates {
+                    let zeros =
+                        || Tensor::<B, 1>::zeros([d_hidden], (&device, g.weight_hh.dtype()));
+                    b_ih.push(g.bias_ih.unwrap_or_else(zeros));
+                    b_hh.push(g.bias_hh.unwrap_or_else(zeros));
+                    w_ih.push(g.weight_ih);
+                    w_hh.push(g.weight_hh);
+                }
+                canonical.insert(
+                    slot(ParamKind::WeightIh),
+                    name(ParamKind::WeightIh),
+                    Tensor::cat(w_ih, 0),
+                );
+                canonical.insert(
+                    slot(ParamKind::WeightHh),
+                    name(ParamKind::WeightHh),
+                    Tensor::cat(w_hh, 0),
+                );
+                if bias {
+                    let b_ih = Tensor::cat(b_ih, 0);
+                    let b_hh = Tensor::cat(b_hh, 0);
+                    debug_assert_eq!(b_ih.dims(), [gh]);
+                    canonical.insert(slot(ParamKind::BiasIh), name(ParamKind::BiasIh), b_ih);
+                    canonical.insert(slot(ParamKind::BiasHh), name(ParamKind::BiasHh), b_hh);
+                }
+            }
+        }
+        canonical.build(&config, &device)
+    }
+
+    /// Converts a one-layer module into the burn-nn type `L` (`Lstm`, `BiLstm`, `Gru`,
+    /// `BiGru`, `Rnn`, `BiRnn`) computing the same outputs, on the module's device.
+    ///
+    /// Skip input becomes an input `Linear` holding identities (what skip input computes);
+    /// dropout is dropped (a single layer has none anyway). burn-nn's `Gru` is always
+    /// batch-first, whatever the module's layout.
+    ///
+    /// # Errors
+    ///
+    /// [`InteropError::Unsupported`] naming `num_layers` (use
+    /// [`FusedRnn::to_burn_nn_stack`]), `mode` or `bidirectional` when `L` holds another
+    /// kind of layer, and `proj_size` (burn-nn has no projection).
+    pub fn to_burn_nn<L: BurnNnLayer<B>>(&self) -> Result<L, InteropError> {
+        if self.spec().num_layers != 1 {
+            return Err(unsupported(
+                "num_layers".into(),
+                self.spec().num_layers,
+                &format!(
+                    "a burn-nn {} holds one layer: use to_burn_nn_stack",
+                    L::NAME
+                ),
+            ));
+        }
+        Ok(self.to_burn_nn_stack::<L>()?.remove(0))
+    }
+
+    /// Converts the module into one burn-nn `L` per layer, to be run one after the other.
+    ///
+    /// # Errors
+    ///
+    /// As [`FusedRnn::to_burn_nn`], for any number of layers.
+    pub fn to_burn_nn_stack<L: BurnNnLayer<B>>(&self) -> Result<Vec<L>, InteropError> {
+        let spec = *self.spec();
+        let fits_mode = match L::MODE {
+            RnnMode::RnnTanh => matches!(spec.mode, RnnMode::RnnTanh | RnnMode::RnnRelu),
+            m => m == spec.mode,
+        };
+        if !fits_mode {
+            return Err(unsupported(
+                "mode".into(),
+                spec.mode,
+                &format!("a burn-nn {} runs {}", L::NAME, L::MODE.name()),
+            ));
+        }
+        if spec.bidirectional != L::BIDIRECTIONAL {
+            let other = if spec.bidirectional {
+                "a Bi* type"
+            } else {
+                "the type without Bi"
+            };
+            return Err(unsupported(
+                "bidirectional".into(),
+                spec.bidirectional,
+                &format!("a burn-nn {} is not; use {other}", L::NAME),
+            ));
+        }
+        if let Some(p) = spec.proj_size {
+            return Err(unsupported(
+                "proj_size".into(),
+                Some(p),
+                "burn-nn's layers have no projection",
+            ));
+        }
+        let device = self.cells[0].weight_hh.lazy_device();
+        let g = spec.mode.num_gates();
+        let layers = (0..spec.num_layers)
+            .map(|layer| {
+                let directions = (0..spec.num_directions())
+                    .map(|direction| {
+                        let c = cell_weights(self, layer, direction);
+                        let split1 = |t: Option<Tensor<B, 1>>| match t {
+                            Some(t) => t.chunk(g, 0).into_iter().map(Some).collect(),
+                            None => vec![None; g],
+                        };
+                        let w_ih = c.weight_ih.chunk(g, 0);
+                        let w_hh = c.weight_hh.chunk(g, 0);
+                        let b_ih: Vec<_> = split1(c.bias_ih);
+                        let b_hh: Vec<_> = split1(c.bias_hh);
+                        w_ih.into_iter()
+                            .zip(w_hh)
+                            .zip(b_ih.into_iter().zip(b_hh))
+                            .map(|((weight_ih, weight_hh), (bias_ih, bias_hh))| GateParts {
+                                weight_ih,
+                                weight_hh,
+                                bias_ih,
+                                bias_hh,
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let parts = LayerParts {
+                    mode: spec.mode,
+                    batch_first: Some(self.batch_first()),
+                    directions,
+                };
+                L::from_parts(parts, &device)
+            })
+            .collect();
+        Ok(layers)
+    }
+}

@@ -1,0 +1,396 @@
+//! PyTorch `state_dict`s: `.pt` / `.pth` files (`torch.save(module.state_dict())`) and
+//! `.safetensors` files, read with `burn-store`, written with `safetensors`.
+//!
+//! PyTorch's `nn.LSTM`, `nn.GRU` and `nn.RNN` hold exactly this crate's canonical tensors
+//! (Note [RNN weight layout] in [`crate::layout`]) under the same names, so importing is a
+//! lookup by name and exporting writes each tensor under its name: no gate is reordered and
+//! no matrix transposed.
+//!
+//! ```
+//! use burn::backend::NdArray;
+//! use burn_fused_rnn::interop::PytorchImport;
+//! use burn_fused_rnn::{FusedRnn, RnnMode};
+//!
+//! # fn main() -> Result<(), burn_fused_rnn::interop::InteropError> {
+//! let device = Default::default();
+//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/interop");
+//! // torch.save(model.state_dict(), "model_lstm_proj.pt"), where model.encoder.rnn is
+//! // nn.LSTM(3, 5, num_layers=2, bidirectional=True, proj_size=3, batch_first=True)
+//! let lstm: FusedRnn<NdArray> = PytorchImport::new(RnnMode::Lstm)
+//!     .with_prefix("encoder.rnn.")
+//!     .load(format!("{dir}/model_lstm_proj.pt"), &device)?;
+//! assert_eq!((lstm.spec().num_layers, lstm.spec().proj_size), (2, Some(3)));
+//!
+//! // A bare nn.LSTM(3, 4, num_layers=2, bidirectional=True) in PyTorch's default layout.
+//! let lstm: FusedRnn<NdArray> = PytorchImport::new(RnnMode::Lstm)
+//!     .with_batch_first(false) // a state_dict does not record it
+//!     .load(format!("{dir}/lstm.pt"), &device)?;
+//!
+//! // For nn.LSTM(...).load_state_dict(safetensors.torch.load_file(path)).
+//! let path = std::env::temp_dir().join("burn_fused_rnn_doc_lstm.safetensors");
+//! lstm.save_pytorch_safetensors(&path, "")?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Element, Tensor, TensorData};
+use burn_store::{ModuleStore, PytorchStore, SafetensorsStore, TensorSnapshot};
+
+use super::canonical::Canonical;
+use super::InteropError;
+use crate::config::{FusedRnnConfig, RnnMode};
+use crate::layout::{param_name, ParamKind};
+use crate::module::FusedRnn;
+
+/// Where the configuration of an import comes from.
+#[derive(Clone, Debug)]
+enum ConfigSource {
+    Infer(RnnMode),
+    Given(Box<FusedRnnConfig>),
+}
+
+/// Imports a PyTorch `state_dict` into a [`FusedRnn`]: what
+/// `torch.save(module.state_dict(), path)` or
+/// `safetensors.torch.save_file(module.state_dict(), path)` wrote for an `nn.LSTM`,
+/// `nn.GRU` or `nn.RNN`, or for a model holding one (see [`PytorchImport::with_prefix`]).
+///
+/// The file is read with `burn-store` (`PytorchStore` for `.pt` / `.pth` and any other
+/// extension, `SafetensorsStore` for `.safetensors`). Tensors of any float dtype are
+/// converted to the backend's float element type.
+///
+/// # Configuration
+///
+/// [`PytorchImport::new`] infers the configuration from the tensors, given the mode:
+/// layers and directions from the names present (`weight_hh_l{l}`, `_reverse`), the hidden
+/// size from `weight_hh_l0`, the projection from `weight_hr_l0`, bias from `bias_hh_l0`,
+/// the input size from `weight_ih_l0`. A `state_dict` without `weight_ih_l0` is read as skip
+/// input (PyTorch never writes one; this crate's export does for
+/// [`InputMode::Skip`](crate::InputMode::Skip)). The inferred configuration has the crate's
+/// defaults for what the tensors cannot tell: `batch_first = true` (PyTorch's default is
+/// `false`: see [`PytorchImport::with_batch_first`]), no dropout.
+///
+/// [`PytorchImport::with_config`] checks the tensors against a configuration instead.
+///
+/// Either way every tensor is checked against the layout before any is read, and a
+/// tensor under the prefix that the configuration has no place for is an error.
+#[derive(Clone, Debug)]
+pub struct PytorchImport {
+    config: ConfigSource,
+    batch_first: Option<bool>,
+    prefix: String,
+    top_level_key: Option<String>,
+}
+
+impl PytorchImport {
+    /// An import of a `mode` network whose configuration is inferred from its tensors.
+    pub fn new(mode: RnnMode) -> Self {
+        Self {
+            config: ConfigSource::Infer(mode),
+            batch_first: None,
+            prefix: String::new(),
+            top_level_key: None,
+        }
+    }
+
+    /// An import checked against `config` (its mode, sizes, layers, directions, projection,
+    /// bias, input mode); the module gets `config`'s other settings too (layout, dropout).
+    pub fn with_config(config: FusedRnnConfig) -> Self {
+        Self {
+            config: ConfigSource::Given(Box::new(config)),
+            batch_first: None,
+            prefix: String::new(),
+            top_level_key: None,
+        }
+    }
+
+    /// Reads the tensors whose keys start with `prefix`, e.g. `"encoder.rnn."` for a model
+    /// whose `encoder.rnn` is the recurrent layer; keys outside the prefix are ignored.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Reads the `state_dict` stored under `key` of a `.pt` checkpoint holding a
+    /// dictionary, e.g. `torch.save({"model": model.state_dict(), ...}, path)` (ignored for
+    /// `.safetensors` files, which hold tensors only).
+    pub fn with_top_level_key(mut self, key: impl Into<String>) -> Self {
+        self.top_level_key = Some(key.into());
+        self
+    }
+
+    /// Sets the module's layout: `false` for `[seq_length, batch_size, features]` inputs,
+    /// PyTorch's default; `true` for `[batch_size, seq_length, features]`, the default of
+    /// an inferred configuration (as everywhere in Burn). A `state_dict` does not record it.
+    /// Overrides the `batch_first` of a configuration given to
+    /// [`PytorchImport::with_config`].
+    pub fn with_batch_first(mut self, batch_first: bool) -> Self {
+        self.batch_first = Some(batch_first);
+        self
+    }
+
+    /// Reads `path` and builds the module on `device`.
+    ///
+    /// # Errors
+    ///
+    /// - [`InteropError::Io`] when the file cannot be read (missing, not a PyTorch or
+    ///   safetensors file, a `.pt` whose top level is not a tensor dictionary);
+    /// - [`InteropError::Missing`] naming the key (with the prefix) of a tensor that is
+    ///   absent, [`InteropError::Shape`] naming the key and both shapes,
+    ///   [`InteropError::Unexpected`] for a key under the prefix that the configuration has
+    ///   no place for (another layer or direction, a projection, a name that is not an RNN
+    ///   parameter's), [`InteropError::Dtype`] for a tensor that is not float.
+    pub fn load<B: Backend>(
+        &self,
+        path: impl AsRef<Path>,
+        device: &B::Device,
+    ) -> Result<FusedRnn<B>, InteropError> {
+        let snapshots = self.read(path.as_ref())?;
+        let canonical = self.canonical::<B>(&snapshots, device)?;
+        let config = self.resolve(&canonical)?;
+        canonical.build(&config, device)
+    }
+
+    fn mode(&self) -> RnnMode {
+        match &self.config {
+            ConfigSource::Infer(mode) => *mode,
+            ConfigSource::Given(config) => config.mode,
+        }
+    }
+
+    fn resolve<B: Backend>(
+        &self,
+        canonical: &Canonical<'_, B>,
+    ) -> Result<FusedRnnConfig, InteropError> {
+        let config = match &self.config {
+            ConfigSource::Infer(_) => canonical.infer_config(true)?,
+            ConfigSource::Given(config) => (**config).clone(),
+        };
+        Ok(match self.batch_first {
+            Some(batch_first) => config.with_batch_first(batch_first),
+            None => config,
+        })
+    }
+
+    /// Every tensor of the file, by key.
+    fn read(&self, path: &Path) -> Result<BTreeMap<String, TensorSnapshot>, InteropError> {
+        let io = |e: Box<dyn std::error::Error + Send + Sync>| InteropError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        };
+        if !path.exists() {
+            return Err(io("no such file".into()));
+        }
+        let is_safetensors = path.extension().is_some_and(|e| e == "safetensors");
+        if is_safetensors {
+            let mut store = SafetensorsStore::from_file(path);
+            let snapshots = store.get_all_snapshots().map_err(|e| io(Box::new(e)))?;
+            Ok(snapshots.clone())
+        } else {
+            let mut store = PytorchStore::from_file(path);
+            if let Some(key) = &self.top_level_key {
+                store = store.with_top_level_key(key.clone());
+            }
+            let snapshots = store.get_all_snapshots().map_err(|e| io(Box::new(e)))?;
+            Ok(snapshots.clone())
+        }
+    }
+
+    /// The tensors under the prefix, sorted into canonical slots.
+    fn canonical<'a, B: Backend>(
+        &self,
+        snapshots: &'a BTreeMap<String, TensorSnapshot>,
+        device: &'a B::Device,
+    ) -> Result<Canonical<'a, B>, InteropError> {
+        let prefix = self.prefix.clone();
+        let naming = {
+            let prefix = prefix.clone();
+            Box::new(move |l, d, k| format!("{prefix}{}", param_name(k, l, d)))
+        };
+        let mut canonical = Canonical::new(self.mode(), naming);
+        for (key, snapshot) in snapshots {
+            let Some(name) = key.strip_prefix(&prefix) else {
+                continue;
+            };
+            let shape = snapshot.shape.to_vec();
+            match parse_param_name(name) {
+                Some(slot) => {
+                    if !snapshot.dtype.is_float() {
+                        return Err(InteropError::Dtype {
+                            key: key.clone(),
+                            dtype: snapshot.dtype,
+                        });
+                    }
+                    let load = Box::new(move || load_flat::<B>(key, snapshot, device));
+                    canonical.insert_lazy(slot, key.clone(), shape, load);
+                }
+                None => canonical.stray(
+                    key.clone(),
+                    shape,
+                    "not a parameter of torch.nn.LSTM / GRU / RNN".into(),
+                ),
+            }
+        }
+        if canonical.is_empty() {
+            return Err(InteropError::Missing {
+                key: format!("{prefix}{}", param_name(ParamKind::WeightHh, 0, 0)),
+                expected: None,
+                context: prefix_hint(snapshots.keys(), &prefix),
+            });
+        }
+        Ok(canonical)
+    }
+}
+
+/// Reads one tensor, flattened, in the backend's float element type.
+fn load_flat<B: Backend>(
+    key: &str,
+    snapshot: &TensorSnapshot,
+    device: &B::Device,
+) -> Result<Tensor<B, 1>, InteropError> {
+    let mut data = snapshot.to_data().map_err(|e| InteropError::Io {
+        path: PathBuf::from(key),
+        source: Box::new(e),
+    })?;
+    data.shape = [data.num_elements()].into();
+    let dtype = <B::FloatElem as Element>::dtype();
+    Ok(Tensor::from_data(
+        data.convert_dtype(dtype),
+        (device, dtype),
+    ))
+}
+
+/// `(layer, direction, kind)` of a PyTorch RNN parameter name such as
+/// `weight_ih_l1_reverse`.
+pub(crate) fn parse_param_name(name: &str) -> Option<(usize, usize, ParamKind)> {
+    let (name, direction) = match name.strip_suffix("_reverse") {
+        Some(n) => (n, 1),
+        None => (name, 0),
+    };
+    let (stem, layer) = name.rsplit_once("_l")?;
+    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let layer = layer.parse().ok()?;
+    let kind = ParamKind::ALL.into_iter().find(|k| k.stem() == stem)?;
+    Some((layer, direction, kind))
+}
+
+/// A hint for an import that found no RNN tensor under `prefix`: the prefixes under which
+/// the file does hold one.
+fn prefix_hint<'a>(keys: impl Iterator<Item = &'a String>, prefix: &str) -> String {
+    let found: Vec<String> = keys
+        .filter_map(|k| k.strip_suffix("weight_hh_l0"))
+        .map(|p| format!("{p:?}"))
+        .collect();
+    if found.is_empty() {
+        format!(
+            "no key under prefix {prefix:?} is an RNN parameter, and no key ends in weight_hh_l0"
+        )
+    } else {
+        format!(
+            "no key under prefix {prefix:?} is an RNN parameter; the file has RNN parameters under prefix {}",
+            found.join(", ")
+        )
+    }
+}
+
+impl<B: Backend> FusedRnn<B> {
+    /// The canonical tensors under PyTorch's names (`weight_ih_l0`, ...), in
+    /// `named_parameters()` order, each with `prefix` in front: what
+    /// `module.state_dict()` of the equivalent `nn.LSTM` / `nn.GRU` / `nn.RNN` holds.
+    ///
+    /// A module with skip input has no `weight_ih_l0` / `bias_ih_l0` (PyTorch has no skip
+    /// input, so such a `state_dict` loads only back into this crate).
+    pub fn pytorch_state_dict(&self, prefix: &str) -> Vec<(String, TensorData)> {
+        let layout = self.layout();
+        let nd = self.spec().num_directions();
+        layout
+            .entries()
+            .iter()
+            .map(|e| {
+                let cell = &self.cells[e.layer * nd + e.direction];
+                let data = match e.kind {
+                    ParamKind::WeightIh => cell.weight_ih.as_ref().map(|p| p.val().into_data()),
+                    ParamKind::WeightHh => Some(cell.weight_hh.val().into_data()),
+                    ParamKind::BiasIh => cell.bias_ih.as_ref().map(|p| p.val().into_data()),
+                    ParamKind::BiasHh => cell.bias_hh.as_ref().map(|p| p.val().into_data()),
+                    ParamKind::WeightHr => cell.weight_hr.as_ref().map(|p| p.val().into_data()),
+                }
+                .unwrap_or_else(|| panic!("expected {} in the module, got none", e.name()));
+                (format!("{prefix}{}", e.name()), data)
+            })
+            .collect()
+    }
+
+    /// Writes the canonical tensors to a `.safetensors` file under PyTorch's names (with
+    /// `prefix` in front; `""` for a bare `state_dict`), in the module's dtype, so that
+    /// `torch.nn.LSTM(...).load_state_dict(safetensors.torch.load_file(path))` accepts
+    /// it. The file's metadata records the mode and sizes (`"mode"`, `"d_input"`, ...).
+    ///
+    /// # Errors
+    ///
+    /// [`InteropError::Io`] when the file cannot be written, or a tensor's dtype has no
+    /// safetensors equivalent.
+    pub fn save_pytorch_safetensors(
+        &self,
+        path: impl AsRef<Path>,
+        prefix: &str,
+    ) -> Result<(), InteropError> {
+        let path = path.as_ref();
+        let spec = self.spec();
+        let mut metadata = HashMap::new();
+        metadata.insert("format".to_string(), "pt".to_string());
+        metadata.insert("mode".to_string(), spec.mode.name().to_string());
+        for (k, v) in [
+            ("d_input", spec.d_input),
+            ("d_hidden", spec.d_hidden),
+            ("num_layers", spec.num_layers),
+            ("proj_size", spec.proj_size.unwrap_or(0)),
+        ] {
+            metadata.insert(k.to_string(), v.to_string());
+        }
+        metadata.insert("bidirectional".into(), spec.bidirectional.to_string());
+        metadata.insert("bias".into(), spec.bias.to_string());
+        metadata.insert("skip_input".into(), spec.skip_input.to_string());
+        write_safetensors(path, self.pytorch_state_dict(prefix), Some(metadata))
+    }
+}
+
+/// Writes named tensors to a `.safetensors` file.
+pub(crate) fn write_safetensors(
+    path: &Path,
+    tensors: Vec<(String, TensorData)>,
+    metadata: Option<HashMap<String, String>>,
+) -> Result<(), InteropError> {
+    let io = |e: Box<dyn std::error::Error + Send + Sync>| InteropError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    let views = tensors
+        .iter()
+        .map(|(name, data)| {
+            let dtype = match data.dtype {
+                DType::F64 => safetensors::Dtype::F64,
+                DType::F32 => safetensors::Dtype::F32,
+                DType::F16 => safetensors::Dtype::F16,
+                DType::BF16 => safetensors::Dtype::BF16,
+                other => {
+                    return Err(io(
+                        format!("{name}: dtype {other:?} cannot be exported").into()
+                    ))
+                }
+            };
+            // Burn's host data is little-endian on every platform it runs on, as
+            // safetensors requires.
+            let view =
+                safetensors::tensor::TensorView::new(dtype, data.shape.to_vec(), data.as_bytes())
+                    .map_err(|e| io(Box::new(e)))?;
+            Ok((name.clone(), view))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    safetensors::serialize_to_file(views, metadata, path).map_err(|e| io(Box::new(e)))
+}
