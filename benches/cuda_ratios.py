@@ -73,7 +73,7 @@ def main():
                     f"| {fmt(ratio(ref, ours), 'x')} | {fmt(ratio(nn, ours), 'x')} |"
                 )
     print()
-    print("| rows | algorithm set | rows | median crate / PyTorch | worst | rows at most 1.02 |")
+    print("| row set | algorithm set | rows | median crate / PyTorch | worst | rows at most 1.02 |")
     print("|---|---|---|---|---|---|")
     for (rows, algorithm), ratios in sorted(sets.items()):
         print(
