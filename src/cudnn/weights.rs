@@ -25,6 +25,9 @@
 //! documented row-major `[out, in]`, PyTorch's too, and the GPU parity suite checks the
 //! numbers that depend on it.
 
+use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+
 use crate::config::RnnMode;
 use crate::layout::{ParamKind, RnnLayout};
 
@@ -193,6 +196,44 @@ pub fn plan(
     })
 }
 
+/// The canonical flat weights as cuDNN's weight space (Note [Weight space verification]):
+/// the same tensor for [`WeightPlan::Identity`], a gather with zero gaps for a repack.
+pub(crate) fn to_weight_space<B: Backend>(plan: &WeightPlan, w: Tensor<B, 1>) -> Tensor<B, 1> {
+    let WeightPlan::Repack { copies, space_len } = plan else {
+        return w;
+    };
+    let (device, dtype) = (w.device(), w.dtype());
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    for c in copies {
+        if c.to > at {
+            pieces.push(Tensor::zeros([c.to - at], (&device, dtype)));
+        }
+        pieces.push(w.clone().narrow(0, c.from, c.len));
+        at = c.to + c.len;
+    }
+    if *space_len > at {
+        pieces.push(Tensor::zeros([space_len - at], (&device, dtype)));
+    }
+    Tensor::cat(pieces, 0)
+}
+
+/// cuDNN's weight-space gradient as the canonical flat gradient.
+pub(crate) fn from_weight_space<B: Backend>(plan: &WeightPlan, dw: Tensor<B, 1>) -> Tensor<B, 1> {
+    let WeightPlan::Repack { copies, .. } = plan else {
+        return dw;
+    };
+    let mut by_canonical = copies.clone();
+    by_canonical.sort_by_key(|c| c.from);
+    Tensor::cat(
+        by_canonical
+            .iter()
+            .map(|c| dw.clone().narrow(0, c.to, c.len))
+            .collect(),
+        0,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,5 +367,44 @@ mod tests {
             err,
             "cuDNN has no slot for bias_ih_l0 (gate 0) of pseudo-layer 0"
         );
+    }
+
+    #[test]
+    fn repack_round_trips_through_a_shuffled_weight_space() {
+        use burn::backend::NdArray;
+        let spec = FusedRnnConfig::new(RnnMode::Gru, 2, 2).spec();
+        let n = crate::layout::params_size(&spec);
+        // Canonical [0, 6) goes to [10, 16), [6, n) to [0, n - 6); [n - 6, 10) and
+        // [16, 20) are gaps cuDNN would own.
+        let plan = WeightPlan::Repack {
+            copies: vec![
+                Copy {
+                    from: 6,
+                    to: 0,
+                    len: n - 6,
+                },
+                Copy {
+                    from: 0,
+                    to: n + 4,
+                    len: 6,
+                },
+            ],
+            space_len: n + 14,
+        };
+        let device = Default::default();
+        let values: Vec<f32> = (0..n).map(|i| i as f32 + 1.0).collect();
+        let w = Tensor::<NdArray, 1>::from_floats(values.as_slice(), &device);
+        let space = to_weight_space(&plan, w);
+        let got: Vec<f32> = space.clone().into_data().to_vec().unwrap();
+        assert_eq!(got.len(), n + 14);
+        assert_eq!(&got[..n - 6], &values[6..]);
+        assert_eq!(&got[n - 6..n + 4], &vec![0.0; 10][..]);
+        assert_eq!(&got[n + 4..n + 10], &values[..6]);
+        assert_eq!(&got[n + 10..], &[0.0; 4]);
+        let back: Vec<f32> = from_weight_space(&plan, space)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        assert_eq!(back, values);
     }
 }
