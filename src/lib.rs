@@ -40,28 +40,37 @@
 //! assert_eq!(state.hidden.dims(), [4, 4, 16]); // [L*D, B, H]
 //! ```
 #![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` (Cargo.toml): mark each feature-gated item with its feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "autodiff")]
+#[cfg_attr(docsrs, doc(cfg(feature = "autodiff")))]
 pub mod autodiff;
 pub mod backend;
 pub mod config;
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cudnn;
 pub mod descriptor;
 #[cfg(feature = "fusion")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fusion")))]
 pub mod fusion;
 pub mod layout;
 mod module;
 pub mod ops;
 pub mod reference;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use backend::{FusedRnnBackend, RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 pub use config::{FusedRnnConfig, InputMode, RnnMode, RnnSpec};
 pub use descriptor::{DropoutSpec, RnnDescriptor};
 pub use layout::{params_size, ParamKind, RnnLayout};
-pub use module::{FusedRnn, FusedRnnLoadError, FusedRnnRecord, RnnCell, RnnCellRecord, RnnState};
+pub use module::{
+    FileProblem, FusedRnn, FusedRnnLoadError, FusedRnnRecord, RnnCell, RnnCellRecord, RnnState,
+    WeightsDigest,
+};
 pub use ops::{fused_rnn, FusedRnnOutput};
 
 #[cfg(feature = "ndarray")]
@@ -70,6 +79,7 @@ mod impls_ndarray {
         FloatNdArrayElement, IntNdArrayElement, NdArray, NdArrayTensor, QuantElement, SharedArray,
     };
 
+    #[cfg_attr(docsrs, doc(cfg(feature = "ndarray")))]
     impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> crate::FusedRnnBackend
         for NdArray<E, I, Q>
     where
@@ -83,6 +93,7 @@ mod impls_ndarray {
 }
 
 #[cfg(feature = "flex")]
+#[cfg_attr(docsrs, doc(cfg(feature = "flex")))]
 impl crate::FusedRnnBackend for burn::backend::Flex {
     fn fused_rnn_reference_threads() -> usize {
         crate::reference::host_threads()
@@ -93,6 +104,7 @@ impl crate::FusedRnnBackend for burn::backend::Flex {
 /// through a Vulkan driver such as lavapipe). `burn::backend::Wgpu` with Burn's default
 /// features is `Fusion<..>` of this, implemented in [`fusion`].
 #[cfg(feature = "wgpu")]
+#[cfg_attr(docsrs, doc(cfg(feature = "wgpu")))]
 impl<F, I, BT> crate::FusedRnnBackend
     for burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, F, I, BT>
 where
