@@ -179,7 +179,9 @@ impl FusedRnnConfig {
     ///
     /// With a message naming the field and the allowed values, when a size is zero, a
     /// projection is asked of a mode other than LSTM or is not below `d_hidden`, skip input
-    /// is asked with `d_input != d_hidden`, or `dropout` is outside `[0, 1)`.
+    /// is asked with `d_input != d_hidden`, `dropout` is outside `[0, 1)`, or a size derived
+    /// from the configuration (`D * P`, a weight's dimensions or length, `params_size`)
+    /// overflows `usize`.
     pub fn spec(&self) -> RnnSpec {
         let fail = |msg: String| -> ! { panic!("invalid FusedRnnConfig: {msg}") };
         if self.d_input == 0 {
@@ -221,7 +223,7 @@ impl FusedRnnConfig {
             }
             InputMode::AutoSelect => self.d_input == self.d_hidden,
         };
-        RnnSpec {
+        let spec = RnnSpec {
             mode: self.mode,
             d_input: self.d_input,
             d_hidden: self.d_hidden,
@@ -230,6 +232,11 @@ impl FusedRnnConfig {
             bidirectional: self.bidirectional,
             skip_input,
             bias: self.bias,
+        };
+        // Absurd sizes must not wrap around in the layout's offsets (checked arithmetic).
+        if let Err(msg) = crate::layout::check_sizes(&spec) {
+            fail(msg);
         }
+        spec
     }
 }

@@ -66,8 +66,9 @@ impl RnnDescriptor {
     ///
     /// # Panics
     ///
-    /// If `seq_length` or `batch_size` is 0, or `seq_lengths` does not hold `batch_size`
-    /// lengths, each at most `seq_length`.
+    /// If `seq_length` or `batch_size` is 0, `seq_lengths` does not hold `batch_size`
+    /// lengths, each at most `seq_length`, or a size derived from `spec` overflows `usize`
+    /// (only possible for a spec not made by [`FusedRnnConfig::spec`](crate::FusedRnnConfig::spec)).
     pub fn new(
         spec: RnnSpec,
         seq_length: usize,
@@ -78,10 +79,13 @@ impl RnnDescriptor {
     ) -> Self {
         assert!(seq_length > 0, "expected seq_length > 0, got 0");
         assert!(batch_size > 0, "expected batch_size > 0, got 0");
+        // A spec made by hand (not by `FusedRnnConfig::spec`) may hold absurd sizes.
+        if let Err(msg) = crate::layout::check_sizes(&spec) {
+            panic!("invalid spec: {msg}");
+        }
         if let Some(lengths) = &seq_lengths {
-            assert_eq!(
-                lengths.len(),
-                batch_size,
+            assert!(
+                lengths.len() == batch_size,
                 "expected seq_lengths to hold batch_size = {batch_size} lengths, got {}",
                 lengths.len()
             );

@@ -109,17 +109,124 @@ pub fn param_name(kind: ParamKind, layer: usize, direction: usize) -> String {
 
 /// The shape of `kind` in pseudo-layer (`layer`, any direction), or `None` when the spec has
 /// no such tensor (see Note [RNN weight layout]).
+///
+/// # Panics
+///
+/// If a dimension overflows `usize` (see [`RnnLayout::new`]).
 pub fn param_shape(spec: &RnnSpec, layer: usize, kind: ParamKind) -> Option<Vec<usize>> {
-    let gh = spec.mode.num_gates() * spec.d_hidden;
+    try_param_shape(spec, layer, kind).unwrap_or_else(|msg| panic!("{msg}"))
+}
+
+/// [`param_shape`], or the message naming the size that overflows `usize`.
+fn try_param_shape(
+    spec: &RnnSpec,
+    layer: usize,
+    kind: ParamKind,
+) -> Result<Option<Vec<usize>>, String> {
+    let gh = spec
+        .mode
+        .num_gates()
+        .checked_mul(spec.d_hidden)
+        .ok_or_else(|| {
+            overflow(format!(
+                "G * d_hidden = {} * {}",
+                spec.mode.num_gates(),
+                spec.d_hidden
+            ))
+        })?;
+    let in_l = if layer == 0 {
+        spec.d_input
+    } else {
+        spec.num_directions()
+            .checked_mul(spec.d_state())
+            .ok_or_else(|| {
+                overflow(format!(
+                    "D * P = {} * {} (the input size of layer {layer})",
+                    spec.num_directions(),
+                    spec.d_state()
+                ))
+            })?
+    };
     let skip = spec.skip_input && layer == 0;
-    match kind {
-        ParamKind::WeightIh if !skip => Some(vec![gh, spec.layer_input_size(layer)]),
+    Ok(match kind {
+        ParamKind::WeightIh if !skip => Some(vec![gh, in_l]),
         ParamKind::WeightHh => Some(vec![gh, spec.d_state()]),
         ParamKind::BiasIh if spec.bias && !skip => Some(vec![gh]),
         ParamKind::BiasHh if spec.bias => Some(vec![gh]),
         ParamKind::WeightHr => spec.proj_size.map(|p| vec![p, spec.d_hidden]),
         _ => None,
+    })
+}
+
+/// Checks that every size derived from `spec` fits in `usize`: the output features
+/// `D * P`, every tensor's dimensions and length, and `params_size`.
+///
+/// # Errors
+///
+/// The message naming the first size that overflows.
+pub(crate) fn check_sizes(spec: &RnnSpec) -> Result<(), String> {
+    spec.num_directions()
+        .checked_mul(spec.d_state())
+        .ok_or_else(|| {
+            overflow(format!(
+                "the output features D * P = {} * {}",
+                spec.num_directions(),
+                spec.d_state()
+            ))
+        })?;
+    checked_params_size(spec).map(|_| ())
+}
+
+/// `params_size` in closed form, with checked arithmetic: every layer above the first has
+/// the same tensors, so the check costs two layers, whatever `num_layers` is.
+fn checked_params_size(spec: &RnnSpec) -> Result<usize, String> {
+    let layer_len = |layer| -> Result<usize, String> {
+        let mut total: usize = 0;
+        for kind in ParamKind::ALL {
+            if let Some(shape) = try_param_shape(spec, layer, kind)? {
+                let len = shape
+                    .iter()
+                    .try_fold(1usize, |n, &d| n.checked_mul(d))
+                    .ok_or_else(|| {
+                        overflow(format!(
+                            "the length of {} of shape {shape:?}",
+                            param_name(kind, layer, 0)
+                        ))
+                    })?;
+                total = total.checked_add(len).ok_or_else(|| {
+                    overflow(format!("params_size (the tensors of layer {layer})"))
+                })?;
+            }
+        }
+        Ok(total)
+    };
+    if spec.num_layers == 0 {
+        return Ok(0);
     }
+    let first = layer_len(0)?;
+    let later = if spec.num_layers > 1 {
+        layer_len(1)?
+    } else {
+        0
+    };
+    let (d, l) = (spec.num_directions(), spec.num_layers);
+    later
+        .checked_mul(l - 1)
+        .and_then(|rest| rest.checked_add(first))
+        .and_then(|per_direction| per_direction.checked_mul(d))
+        .ok_or_else(|| {
+            overflow(format!(
+                "params_size = D * (layer 0 + (num_layers - 1) * layer 1) = {d} * ({first} + {} * {later})",
+                l - 1
+            ))
+        })
+}
+
+/// The message for a size of the network that does not fit in `usize`.
+fn overflow(what: String) -> String {
+    format!(
+        "expected the network's sizes (d_input, d_hidden, proj_size, num_layers) to fit in usize, got an overflow in {what}"
+    )
 }
 
 /// Offsets and shapes of every canonical tensor of a spec, in flat order.
@@ -132,31 +239,53 @@ pub struct RnnLayout {
 
 impl RnnLayout {
     /// Lays out every tensor of `spec` (Note [RNN weight layout]).
+    ///
+    /// # Panics
+    ///
+    /// If a size (a dimension, a tensor's length, an offset or `params_size`) overflows
+    /// `usize`, with a message naming it; [`FusedRnnConfig::spec`](crate::FusedRnnConfig::spec)
+    /// refuses such configurations first.
     pub fn new(spec: RnnSpec) -> Self {
+        Self::try_new(spec).unwrap_or_else(|msg| panic!("{msg}"))
+    }
+
+    /// [`RnnLayout::new`], or the message naming the size that overflows `usize`.
+    pub(crate) fn try_new(spec: RnnSpec) -> Result<Self, String> {
+        // Fails fast (two layers' work) before the loop below walks every layer.
+        checked_params_size(&spec)?;
         let mut entries = Vec::new();
-        let mut offset = 0;
+        let mut offset: usize = 0;
         for layer in 0..spec.num_layers {
             for direction in 0..spec.num_directions() {
                 for kind in ParamKind::ALL {
-                    if let Some(shape) = param_shape(&spec, layer, kind) {
-                        let entry = ParamEntry {
+                    if let Some(shape) = try_param_shape(&spec, layer, kind)? {
+                        let name = param_name(kind, layer, direction);
+                        let len = shape
+                            .iter()
+                            .try_fold(1usize, |n, &d| n.checked_mul(d))
+                            .ok_or_else(|| {
+                                overflow(format!("the length of {name} of shape {shape:?}"))
+                            })?;
+                        let next = offset.checked_add(len).ok_or_else(|| {
+                            overflow(format!("params_size (adding {name} of shape {shape:?})"))
+                        })?;
+                        entries.push(ParamEntry {
                             layer,
                             direction,
                             kind,
                             shape,
                             offset,
-                        };
-                        offset += entry.len();
-                        entries.push(entry);
+                        });
+                        offset = next;
                     }
                 }
             }
         }
-        Self {
+        Ok(Self {
             spec,
             entries,
             size: offset,
-        }
+        })
     }
 
     /// The spec this layout was made from.
@@ -199,9 +328,8 @@ impl RnnLayout {
     ///
     /// If `params.len() != self.params_size()`.
     pub fn split<'a, T>(&'a self, params: &'a [T]) -> Vec<(&'a ParamEntry, &'a [T])> {
-        assert_eq!(
-            params.len(),
-            self.size,
+        assert!(
+            params.len() == self.size,
             "expected params of length params_size = {}, got {}",
             self.size,
             params.len()
@@ -214,6 +342,10 @@ impl RnnLayout {
 }
 
 /// Number of elements of the flat params vector of `spec` (TF's `params_size`).
+///
+/// # Panics
+///
+/// If it overflows `usize` (see [`RnnLayout::new`]).
 pub fn params_size(spec: &RnnSpec) -> usize {
     RnnLayout::new(*spec).params_size()
 }

@@ -44,17 +44,22 @@
 //! assert_eq!(state.hidden.dims(), [4, 4, 16]); // [L*D, B, H]
 //! ```
 #![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` (Cargo.toml): mark each feature-gated item with its feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "autodiff")]
+#[cfg_attr(docsrs, doc(cfg(feature = "autodiff")))]
 pub mod autodiff;
 pub mod backend;
 pub mod config;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 mod cpu;
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cudnn;
 pub mod descriptor;
 #[cfg(feature = "fusion")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fusion")))]
 pub mod fusion;
 pub mod interop;
 pub mod layout;
@@ -63,6 +68,7 @@ pub mod op_types;
 pub mod ops;
 pub mod reference;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use backend::{FusedRnnBackend, RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
@@ -70,7 +76,8 @@ pub use config::{FusedRnnConfig, InputMode, RnnMode, RnnSpec};
 pub use descriptor::{DropoutSpec, RnnDescriptor};
 pub use layout::{params_size, ParamKind, RnnLayout};
 pub use module::{
-    FusedRnn, FusedRnnLoadError, FusedRnnRecord, PreparedRnn, RnnCell, RnnCellRecord, RnnState,
+    FileProblem, FusedRnn, FusedRnnLoadError, FusedRnnRecord, PreparedRnn, RnnCell, RnnCellRecord,
+    RnnState, WeightsDigest,
 };
 pub use ops::{fused_rnn, reserve_bytes, FusedRnnOutput};
 
@@ -78,6 +85,7 @@ pub use ops::{fused_rnn, reserve_bytes, FusedRnnOutput};
 /// through a Vulkan driver such as lavapipe). `burn::backend::Wgpu` with Burn's default
 /// features is `Fusion<..>` of this, implemented in [`fusion`].
 #[cfg(feature = "wgpu")]
+#[cfg_attr(docsrs, doc(cfg(feature = "wgpu")))]
 impl<F, I, BT> crate::FusedRnnBackend
     for burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, F, I, BT>
 where

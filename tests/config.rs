@@ -102,3 +102,37 @@ fn defaults_follow_burn_nn_and_pytorch() {
     assert_eq!(c.proj_size, None);
     assert!(c.initializer.is_none());
 }
+
+#[test]
+#[should_panic(
+    expected = "invalid FusedRnnConfig: expected the network's sizes (d_input, d_hidden, proj_size, num_layers) to fit in usize, got an overflow in G * d_hidden = 4 * 9223372036854775807"
+)]
+fn hidden_size_that_overflows_is_rejected() {
+    FusedRnnConfig::new(RnnMode::Lstm, 8, usize::MAX / 2).spec();
+}
+
+#[test]
+#[should_panic(
+    expected = "got an overflow in the length of weight_ih_l0 of shape [4294967296, 4294967296]"
+)]
+fn weight_length_that_overflows_is_rejected() {
+    // G * H = 2^32 fits, W_ih has 2^64 elements.
+    FusedRnnConfig::new(RnnMode::RnnTanh, 1 << 32, 1 << 32).spec();
+}
+
+#[test]
+#[should_panic(expected = "got an overflow in params_size")]
+fn params_size_that_overflows_is_rejected() {
+    // Every tensor fits, their sum does not: four of about 2^62 elements each.
+    FusedRnnConfig::new(RnnMode::RnnTanh, 1 << 31, 1 << 31)
+        .with_bidirectional(true)
+        .spec();
+}
+
+#[test]
+#[should_panic(expected = "invalid spec: expected the network's sizes")]
+fn a_spec_made_by_hand_with_absurd_sizes_is_rejected_by_the_descriptor() {
+    let mut spec = FusedRnnConfig::new(RnnMode::Gru, 8, 16).spec();
+    spec.d_hidden = usize::MAX;
+    burn_fused_rnn::RnnDescriptor::new(spec, 3, 2, true, None, burn_fused_rnn::DropoutSpec::NONE);
+}

@@ -26,19 +26,61 @@ burn_fused_rnn::testgen!(
     [DType::F32, DType::F16, DType::BF16]
 );
 
+// Wgpu: what `testgen!` generates, except that each test first checks that Wgpu has an
+// adapter here and otherwise skips with a message (`common/wgpu.rs`), as the CUDA tests do
+// without a GPU; `.ci/run` installs lavapipe and makes a missing adapter an error.
 #[cfg(feature = "wgpu")]
-burn_fused_rnn::testgen!(
+#[path = "common/wgpu.rs"]
+mod wgpu_adapter;
+
+#[cfg(feature = "wgpu")]
+macro_rules! wgpu_parity {
+    ($name:ident, $backend:ty) => {
+        mod $name {
+            use burn::tensor::DType;
+            use burn_fused_rnn::RnnMode;
+
+            fn run(test: &str, mode: RnnMode) {
+                if !super::wgpu_adapter::wgpu_available(test) {
+                    return;
+                }
+                let device = Default::default();
+                for dtype in [DType::F32, DType::F16] {
+                    burn_fused_rnn::testing::assert_parity::<$backend>(&device, dtype, |case| {
+                        case.mode == mode
+                    });
+                }
+            }
+
+            #[test]
+            fn lstm() {
+                run(concat!(stringify!($name), "::lstm"), RnnMode::Lstm);
+            }
+
+            #[test]
+            fn gru() {
+                run(concat!(stringify!($name), "::gru"), RnnMode::Gru);
+            }
+
+            #[test]
+            fn rnn_tanh() {
+                run(concat!(stringify!($name), "::rnn_tanh"), RnnMode::RnnTanh);
+            }
+
+            #[test]
+            fn rnn_relu() {
+                run(concat!(stringify!($name), "::rnn_relu"), RnnMode::RnnRelu);
+            }
+        }
+    };
+}
+
+#[cfg(feature = "wgpu")]
+wgpu_parity!(
     wgpu,
-    burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>,
-    Default::default(),
-    [DType::F32, DType::F16]
+    burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>
 );
 
 // `burn::backend::Wgpu` as users write it: `Fusion<CubeBackend<WgpuRuntime, ..>>`.
 #[cfg(feature = "wgpu")]
-burn_fused_rnn::testgen!(
-    wgpu_fusion,
-    burn::backend::Wgpu,
-    Default::default(),
-    [DType::F32, DType::F16]
-);
+wgpu_parity!(wgpu_fusion, burn::backend::Wgpu);

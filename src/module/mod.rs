@@ -1,10 +1,15 @@
 //! The [`FusedRnn`] module: canonical per-matrix parameters, a fused forward, checked
 //! record loading.
 
+mod digest;
+mod file;
+mod load_error;
 mod record;
 mod step;
 
-pub use record::FusedRnnLoadError;
+pub use digest::WeightsDigest;
+pub use load_error::{FileProblem, FusedRnnLoadError};
+pub use record::FusedRnnRecord;
 pub use step::PreparedRnn;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -147,20 +152,19 @@ impl<B: Backend> RnnState<B> {
 /// Made by [`FusedRnnConfig::init`]. Its record holds the canonical weights
 /// ([`RnnCell`]), so Burn's recorders save and restore it on any backend; use
 /// [`FusedRnn::try_load_record`] or [`FusedRnn::try_load_file`] to get an error, rather than
-/// a wrong model, when a record does not fit the configuration.
-#[derive(Module, Debug)]
+/// a wrong model, when a record does not fit the configuration, holds non-finite weights,
+/// or was damaged after saving (its [`WeightsDigest`]).
+// `Module` is implemented by hand in `record.rs`, as `#[derive(Module)]` would, except that
+// the record also carries the digest of the weights.
+#[derive(Debug)]
 pub struct FusedRnn<B: Backend> {
     /// Canonical weights of each pseudo-layer, index `layer * D + direction`.
     pub cells: Vec<RnnCell<B>>,
-    #[module(skip)]
     spec: RnnSpec,
-    #[module(skip)]
     batch_first: bool,
-    #[module(skip)]
     dropout: DropoutSpec,
     /// Training forwards run so far (shared by clones): call `k` draws its dropout masks
     /// from `(seed, k)`.
-    #[module(skip)]
     dropout_calls: Arc<AtomicU64>,
 }
 
@@ -200,9 +204,8 @@ impl FusedRnnConfig {
         let spec = self.spec();
         let layout = RnnLayout::new(spec);
         let [len] = params.dims();
-        assert_eq!(
-            len,
-            layout.params_size(),
+        assert!(
+            len == layout.params_size(),
             "expected params of shape [params_size] = [{}], got [{len}]",
             layout.params_size()
         );
@@ -387,6 +390,20 @@ impl<B: FusedRnnBackend> FusedRnn<B> {
     ) -> (Tensor<B, 3>, RnnState<B>) {
         let [d0, d1, _] = input.dims();
         let (batch, seq) = if self.batch_first { (d0, d1) } else { (d1, d0) };
+        // Checked here, where the argument is `input`, rather than by the descriptor,
+        // whose arguments are `batch_size` and `seq_length`.
+        if batch == 0 || seq == 0 {
+            let (layout, dim) = match (self.batch_first, batch == 0) {
+                (true, true) => ("[batch_size, seq_length, d_input]", "batch_size"),
+                (true, false) => ("[batch_size, seq_length, d_input]", "seq_length"),
+                (false, true) => ("[seq_length, batch_size, d_input]", "batch_size"),
+                (false, false) => ("[seq_length, batch_size, d_input]", "seq_length"),
+            };
+            panic!(
+                "expected input of shape {layout} with {dim} > 0, got {:?}",
+                input.dims()
+            );
+        }
         let desc = RnnDescriptor::new(
             self.spec,
             seq,
