@@ -10,7 +10,16 @@
 //! python3 benches/ratios.py
 //! ```
 //!
-//! `CPU_BENCH=<substring>` runs only the configurations whose name contains it.
+//! `CPU_BENCH=<substring>[,<substring>..]` runs only the configurations whose name contains
+//! one of them, `CPU_BENCH_BACKEND=ndarray|flex` only that backend; a partial run updates
+//! the heap file's entries it measured and keeps the others.
+//!
+//! `CPU_BENCH_HEAP_ONLY=1` measures only the peak heap of one training step (no timing).
+//!
+//! burn-nn's training step at T = 10 000 is not timed unless `CPU_BENCH_NN_LONG_TRAIN=1`:
+//! one such step spends more than ten minutes in burn-autodiff's graph bookkeeping (a
+//! profile shows `Arc::hash`, `GraphLocator::select` and `HashMap::insert` on top: every
+//! step of burn-nn's LSTM adds graph nodes). The fused op adds one node per call.
 //! Sizes (f32, I = H): H256 B32 T50 and H512 B64 T50 (1 layer, LSTM and GRU), a 2-layer
 //! bidirectional LSTM at H256 B32 T100, and B = 1, T = 10 000, H = 32 (LSTM and GRU).
 
@@ -165,7 +174,11 @@ impl<B: Backend> BurnNn<B> {
 }
 
 fn selected(c: &Config) -> bool {
-    std::env::var("CPU_BENCH").map_or(true, |f| c.name.contains(&f))
+    std::env::var("CPU_BENCH").map_or(true, |f| f.split(',').any(|f| c.name.contains(f)))
+}
+
+fn backend_selected(backend: &str) -> bool {
+    std::env::var("CPU_BENCH_BACKEND").map_or(true, |b| b == backend)
 }
 
 fn fused<B: Backend>(c: &Config, device: &B::Device) -> FusedRnn<B> {
@@ -180,6 +193,9 @@ where
     B::InnerBackend: FusedRnnBackend,
 {
     type Inner<B> = <B as AutodiffBackend>::InnerBackend;
+    if !backend_selected(backend) {
+        return;
+    }
     let device = B::Device::default();
     for c in CONFIGS.iter().filter(|c| selected(c)) {
         let mut group = cr.benchmark_group(format!("cpu/{backend}/{}", c.name));
@@ -189,17 +205,20 @@ where
             group.measurement_time(std::time::Duration::from_secs(20));
         }
         let shape = [c.batch, c.seq, c.hidden];
+        let timed = std::env::var("CPU_BENCH_HEAP_ONLY").is_err();
 
         // Inference, on the inner (non-autodiff) backend.
         let x = Tensor::<Inner<B>, 3>::random(shape, Distribution::Default, &device);
         let fused_inf = fused::<Inner<B>>(c, &device);
         let nn_inf = BurnNn::<Inner<B>>::new(c, &device);
-        group.bench_function(BenchmarkId::new("fused", "fwd"), |b| {
-            b.iter(|| fused_inf.forward(x.clone(), None).0)
-        });
-        group.bench_function(BenchmarkId::new("burn_nn", "fwd"), |b| {
-            b.iter(|| nn_inf.forward(x.clone()))
-        });
+        if timed {
+            group.bench_function(BenchmarkId::new("fused", "fwd"), |b| {
+                b.iter(|| fused_inf.forward(x.clone(), None).0)
+            });
+            group.bench_function(BenchmarkId::new("burn_nn", "fwd"), |b| {
+                b.iter(|| nn_inf.forward(x.clone()))
+            });
+        }
 
         // Training step under Autodiff.
         let x = Tensor::<B, 3>::random(shape, Distribution::Default, &device).require_grad();
@@ -207,15 +226,27 @@ where
         let nn_tr = BurnNn::<B>::new(c, &device);
         let fused_step = || fused_tr.forward(x.clone(), None).0.sum().backward();
         let nn_step = || nn_tr.forward(x.clone()).sum().backward();
+        let nn_train = c.seq <= 1000 || std::env::var("CPU_BENCH_NN_LONG_TRAIN").is_ok();
         // Warm up once (lazy parameter initialization), then one measured step each.
         drop(fused_step());
-        drop(nn_step());
         let mut heap = HEAP.lock().unwrap();
         heap.insert(format!("{backend}/{}/fused", c.name), peak_mib(fused_step));
-        heap.insert(format!("{backend}/{}/burn_nn", c.name), peak_mib(nn_step));
+        if nn_train {
+            drop(nn_step());
+            heap.insert(format!("{backend}/{}/burn_nn", c.name), peak_mib(nn_step));
+        } else {
+            println!(
+                "{backend}/{}: burn-nn's training step not run (T > 1000; CPU_BENCH_NN_LONG_TRAIN=1 runs it)",
+                c.name
+            );
+        }
         drop(heap);
-        group.bench_function(BenchmarkId::new("fused", "train"), |b| b.iter(fused_step));
-        group.bench_function(BenchmarkId::new("burn_nn", "train"), |b| b.iter(nn_step));
+        if timed {
+            group.bench_function(BenchmarkId::new("fused", "train"), |b| b.iter(fused_step));
+        }
+        if timed && nn_train {
+            group.bench_function(BenchmarkId::new("burn_nn", "train"), |b| b.iter(nn_step));
+        }
         group.finish();
     }
 }
@@ -228,9 +259,17 @@ fn benches(c: &mut Criterion) {
     );
     bench_backend::<Autodiff<NdArray>>(c, "ndarray");
     bench_backend::<Autodiff<Flex>>(c, "flex");
-    let heap = HEAP.lock().unwrap();
+    let mut heap = HEAP.lock().unwrap();
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/target/criterion");
     std::fs::create_dir_all(dir).unwrap();
+    // Keep the entries of an earlier partial run that this run did not measure.
+    let old: BTreeMap<String, f64> = std::fs::read_to_string(format!("{dir}/cpu_heap.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    for (k, v) in old {
+        heap.entry(k).or_insert(v);
+    }
     let json: Vec<String> = heap
         .iter()
         .map(|(k, v)| format!("  \"{k}\": {v:.3}"))

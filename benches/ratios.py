@@ -34,7 +34,7 @@ def fmt(v, spec=".1f"):
 
 def main():
     # criterion stores group "cpu/ndarray/lstm_H256_B32_T50" as "cpu_ndarray_lstm_H256_B32_T50".
-    groups = sorted(g for g in os.listdir(root) if g.startswith("cpu_")) if os.path.isdir(root) else []
+    groups = sorted(g for g in os.listdir(root) if g.startswith("cpu_") and os.path.isdir(os.path.join(root, g))) if os.path.isdir(root) else []
     if not groups:
         sys.exit(f"no results under {root}: run `cargo bench --bench cpu` first")
     torch = load("torch_cpu.json") or {"configs": {}}
@@ -59,7 +59,7 @@ def main():
                 mem = f"{fmt(hf)} / {fmt(hn)}"
             print(
                 f"| {backend} | {config} | {pas} | {fmt(fused, '.2f')} | {fmt(pt, '.2f')} | {fmt(nn, '.2f')} "
-                f"| {fmt(vs_torch, '.2f')} | {fmt(vs_nn, '.1f')}x | {mem} |"
+                f"| {fmt(vs_torch, '.2f')} | {fmt(vs_nn, '.1f')}{'x' if vs_nn else ''} | {mem} |"
             )
 
 
