@@ -23,9 +23,8 @@
 //! Sizes (f32, I = H): H256 B32 T50 and H512 B64 T50 (1 layer, LSTM and GRU), a 2-layer
 //! bidirectional LSTM at H256 B32 T100, and B = 1, T = 10 000, H = 32 (LSTM and GRU).
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::System;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use burn::backend::{Autodiff, Flex, NdArray};
@@ -34,36 +33,17 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Tensor};
 use burn_fused_rnn::{FusedRnn, FusedRnnBackend, FusedRnnConfig, RnnMode};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use peakmem_alloc::{PeakMemAlloc, PeakMemAllocTrait, INSTRUMENTED_SYSTEM};
 
-/// Counts live heap bytes and their peak (for the memory column).
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(p, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
-
+/// Counts heap bytes: the peak of net allocations since the last reset.
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: &PeakMemAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 /// Peak heap growth (MiB) while running `f` once.
 fn peak_mib<T>(f: impl FnOnce() -> T) -> f64 {
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    ALLOC.reset_peak_memory();
     drop(f());
-    (PEAK.load(Ordering::Relaxed).saturating_sub(base)) as f64 / (1024.0 * 1024.0)
+    ALLOC.get_peak_memory() as f64 / (1024.0 * 1024.0)
 }
 
 /// Peak heap per `backend/config/impl`, written to target/criterion/cpu_heap.json.

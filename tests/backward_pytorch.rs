@@ -8,10 +8,8 @@ mod common;
 use burn::backend::{Flex, NdArray};
 use burn::tensor::TensorMetadata;
 use burn::tensor::{Tensor, TensorPrimitive};
-use burn_fused_rnn::{
-    reference, DropoutSpec, FusedRnnBackend, RnnDescriptor, RnnInputs, RnnOutputGrads,
-};
-use common::{array, check, fixtures, report, tensor, Tol, F32, F64};
+use burn_fused_rnn::{reference, FusedRnnBackend, RnnOutputGrads};
+use common::{check, fixtures, report, tensor, Tol, F32, F64};
 
 fn prim<B: FusedRnnBackend, const D: usize>(t: Tensor<B, D>) -> B::FloatTensorPrimitive {
     t.into_primitive().tensor()
@@ -34,21 +32,8 @@ fn backward_matches_pytorch<B: FusedRnnBackend>(backend: &str, path: Path, tol: 
     let device = B::Device::default();
     let mut failures = Vec::new();
     for case in &fixtures().cases {
-        let desc = RnnDescriptor::new(
-            case.config().spec(),
-            case.seq_length,
-            case.batch_size,
-            case.batch_first,
-            case.lengths.clone(),
-            DropoutSpec::NONE,
-        );
-        let params = case.flat_params();
-        let inputs = RnnInputs::<B> {
-            x: prim(array::<B, 3>(&case.x, &device)),
-            h0: case.h0.as_ref().map(|a| prim(array::<B, 3>(a, &device))),
-            c0: case.c0.as_ref().map(|a| prim(array::<B, 3>(a, &device))),
-            weights: prim(tensor::<B, 1>(&params, [params.len()], &device)),
-        };
+        let desc = case.descriptor();
+        let inputs = case.inputs::<B>(&device);
         let (out, reserve) = match path {
             Path::Backend => B::fused_rnn_forward_training(&desc, inputs.clone()),
             Path::Reference => reference::forward_training::<B>(&desc, inputs.clone()),

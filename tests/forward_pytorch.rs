@@ -7,7 +7,7 @@ mod common;
 
 use burn::backend::{Flex, NdArray};
 use burn::tensor::{Tensor, TensorPrimitive};
-use burn_fused_rnn::{reference, DropoutSpec, FusedRnnBackend, RnnDescriptor, RnnInputs, RnnState};
+use burn_fused_rnn::{reference, FusedRnnBackend, RnnState};
 use common::{array, check, fixtures, report, Tol, F32, F64};
 
 fn forward_matches_pytorch<B: FusedRnnBackend>(backend: &str, tol: Tol) {
@@ -62,26 +62,10 @@ fn forward_matches_pytorch_flex_f32() {
 /// The reference's inference forward on `B`, called directly.
 fn reference_forward_matches_pytorch<B: FusedRnnBackend>(backend: &str, tol: Tol) {
     let device = B::Device::default();
-    let prim = |t: Tensor<B, 3>| t.into_primitive().tensor();
     let mut failures = Vec::new();
     for case in &fixtures().cases {
-        let desc = RnnDescriptor::new(
-            case.config().spec(),
-            case.seq_length,
-            case.batch_size,
-            case.batch_first,
-            case.lengths.clone(),
-            DropoutSpec::NONE,
-        );
-        let params = case.flat_params();
-        let inputs = RnnInputs::<B> {
-            x: prim(array::<B, 3>(&case.x, &device)),
-            h0: case.h0.as_ref().map(|a| prim(array::<B, 3>(a, &device))),
-            c0: case.c0.as_ref().map(|a| prim(array::<B, 3>(a, &device))),
-            weights: common::tensor::<B, 1>(&params, [params.len()], &device)
-                .into_primitive()
-                .tensor(),
-        };
+        let desc = case.descriptor();
+        let inputs = case.inputs::<B>(&device);
         let out = reference::forward::<B>(&desc, inputs);
         let float = |t| Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(t));
         let ctx = format!("{backend} / {}", case.name);

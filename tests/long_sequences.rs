@@ -8,8 +8,7 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::alloc::System;
 use std::sync::Mutex;
 
 use burn::backend::{Autodiff, Flex, NdArray};
@@ -17,29 +16,11 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
 use burn_fused_rnn::{FusedRnn, FusedRnnBackend, FusedRnnConfig, RnnMode, RnnState};
 use common::{check, report, Tol};
+use peakmem_alloc::{PeakMemAlloc, PeakMemAllocTrait, INSTRUMENTED_SYSTEM};
 
-/// Counts live heap bytes and their peak.
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(p, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
-
+/// Counts heap bytes: the peak of net allocations since the last reset.
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: &PeakMemAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 /// Heap measurements are process-wide: one test measures at a time.
 static MEASURE: Mutex<()> = Mutex::new(());
@@ -169,10 +150,9 @@ fn step_peak<B: AutodiffBackend + FusedRnnBackend>(mode: RnnMode, t: usize) -> u
     let x = input::<B>(&signal(t), t).require_grad();
     // Warm up (lazy initialization, thread pool), then measure.
     drop(m.forward(x.clone(), None).0.sum().backward());
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    ALLOC.reset_peak_memory();
     drop(m.forward(x.clone(), None).0.sum().backward());
-    PEAK.load(Ordering::Relaxed).saturating_sub(base)
+    ALLOC.get_peak_memory()
 }
 
 fn training_memory_is_linear_in_t<B: AutodiffBackend + FusedRnnBackend>(name: &str) {

@@ -6,7 +6,10 @@ use std::sync::OnceLock;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Element, Tensor, TensorData};
-use burn_fused_rnn::{FusedRnn, FusedRnnConfig, InputMode, RnnLayout, RnnMode};
+use burn_fused_rnn::{
+    DropoutSpec, FusedRnn, FusedRnnBackend, FusedRnnConfig, InputMode, RnnDescriptor, RnnInputs,
+    RnnLayout, RnnMode,
+};
 use serde::Deserialize;
 
 #[derive(Deserialize, Debug)]
@@ -126,6 +129,32 @@ impl Case {
             .iter()
             .flat_map(|e| self.dweights[&e.name()].clone())
             .collect()
+    }
+
+    /// The op's descriptor for this case (no dropout).
+    pub fn descriptor(&self) -> RnnDescriptor {
+        RnnDescriptor::new(
+            self.config().spec(),
+            self.seq_length,
+            self.batch_size,
+            self.batch_first,
+            self.lengths.clone(),
+            DropoutSpec::NONE,
+        )
+    }
+
+    /// The op's inputs for this case on `B`: x, the initial states given, flat weights.
+    pub fn inputs<B: FusedRnnBackend>(&self, device: &B::Device) -> RnnInputs<B> {
+        let prim = |t: Tensor<B, 3>| t.into_primitive().tensor();
+        let params = self.flat_params();
+        RnnInputs {
+            x: prim(array::<B, 3>(&self.x, device)),
+            h0: self.h0.as_ref().map(|a| prim(array::<B, 3>(a, device))),
+            c0: self.c0.as_ref().map(|a| prim(array::<B, 3>(a, device))),
+            weights: tensor::<B, 1>(&params, [params.len()], device)
+                .into_primitive()
+                .tensor(),
+        }
     }
 
     pub fn module<B: Backend>(&self, device: &B::Device) -> FusedRnn<B> {
