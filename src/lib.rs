@@ -54,6 +54,9 @@ pub mod backend;
 pub mod config;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 mod cpu;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "wgpu", feature = "cuda"))))]
+pub mod cube;
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cudnn;
@@ -81,8 +84,9 @@ pub use module::{
 };
 pub use ops::{fused_rnn, reserve_bytes, FusedRnnOutput};
 
-/// Burn's Wgpu backend without fusion: the reference path, on the GPU (or on the CPU
-/// through a Vulkan driver such as lavapipe). `burn::backend::Wgpu` with Burn's default
+/// Burn's Wgpu backend without fusion: the CubeCL kernels of [`cube`], on the GPU (or on
+/// the CPU through a Vulkan driver such as lavapipe), or the reference where they do not
+/// run (Note [Cube fallback] in [`cube`]). `burn::backend::Wgpu` with Burn's default
 /// features is `Fusion<..>` of this, implemented in [`fusion`].
 #[cfg(feature = "wgpu")]
 #[cfg_attr(docsrs, doc(cfg(feature = "wgpu")))]
@@ -93,4 +97,32 @@ where
     I: burn::backend::wgpu::IntElement,
     BT: burn::backend::wgpu::BoolElement,
 {
+    fn fused_rnn_forward(desc: &RnnDescriptor, inputs: RnnInputs<Self>) -> RnnOutput<Self> {
+        cube::forward::<Self>(desc, inputs)
+    }
+
+    fn fused_rnn_forward_training(
+        desc: &RnnDescriptor,
+        inputs: RnnInputs<Self>,
+    ) -> (RnnOutput<Self>, RnnReserve<Self>) {
+        cube::forward_training::<Self>(desc, inputs)
+    }
+
+    fn fused_rnn_reserve_layout(
+        desc: &RnnDescriptor,
+        dtype: burn::tensor::DType,
+        _device: &Self::Device,
+    ) -> Vec<(Vec<usize>, burn::tensor::DType)> {
+        cube::reserve_layout(desc, dtype)
+    }
+
+    fn fused_rnn_backward(
+        desc: &RnnDescriptor,
+        inputs: RnnInputs<Self>,
+        output: RnnOutput<Self>,
+        reserve: RnnReserve<Self>,
+        grads: RnnOutputGrads<Self>,
+    ) -> RnnGrads<Self> {
+        cube::backward::<Self>(desc, inputs, output, reserve, grads)
+    }
 }

@@ -1,6 +1,6 @@
 //! The public backend-parity suite (`burn_fused_rnn::testing`, feature `testing`) on every
 //! backend this build implements: each backend's forward, final states and every gradient
-//! against the NdArray f64 reference, over the suite's 124-case grid, in every dtype the
+//! against the NdArray f64 reference, over the suite's 134-case grid, in every dtype the
 //! backend supports here (Wgpu through lavapipe has F16 but no BF16; NdArray has neither:
 //! Burn itself refuses to create such tensors there).
 #![cfg(feature = "testing")]
@@ -28,7 +28,8 @@ burn_fused_rnn::testgen!(
 
 // Wgpu: what `testgen!` generates, except that each test first checks that Wgpu has an
 // adapter here and otherwise skips with a message (`common/wgpu.rs`), as the CUDA tests do
-// without a GPU; `.ci/run` installs lavapipe and makes a missing adapter an error.
+// without a GPU, and checks that the CubeCL kernels (`burn_fused_rnn::cube`) ran every
+// call; `.ci/run` installs lavapipe and makes a missing adapter an error.
 #[cfg(feature = "wgpu")]
 #[path = "common/wgpu.rs"]
 mod wgpu_adapter;
@@ -46,9 +47,20 @@ macro_rules! wgpu_parity {
                 }
                 let device = Default::default();
                 for dtype in [DType::F32, DType::F16] {
+                    let before = burn_fused_rnn::cube::kernel_calls();
                     burn_fused_rnn::testing::assert_parity::<$backend>(&device, dtype, |case| {
                         case.mode == mode
                     });
+                    // Three calls per case (inference, training forward, backward), all
+                    // through the CubeCL kernels; other tests of this binary may add more.
+                    let cases = burn_fused_rnn::testing::parity_cases()
+                        .into_iter()
+                        .filter(|case| case.mode == mode)
+                        .count() as u64;
+                    assert!(
+                        burn_fused_rnn::cube::kernel_calls() - before >= 3 * cases,
+                        "{test}, {dtype:?}: the parity suite did not run the CubeCL kernels for every call"
+                    );
                 }
             }
 

@@ -1,0 +1,763 @@
+//! The CubeCL kernels: one step of the forward scan, the LSTM projection of a step, one
+//! step of the backward scan, the LSTM cell's backward after the projection's, and a
+//! gather of weight blocks.
+//!
+//! Every buffer is a contiguous, row-major `f32`/`F` array indexed by hand (the host
+//! makes each one contiguous first, Note [Buffers] in `super`). One unit handles one
+//! hidden (or state) unit `j` of `ROWS` sequences, for every gate: it accumulates its
+//! gates' recurrent products in registers, then runs the cell update of those sequences
+//! on the spot (Note [Step kernel] in `super`).
+//!
+//! Grid: `x` covers the units (`CUBE_DIM_X` per cube), `y` the sequences (`ROWS` per
+//! cube), `z` the directions: both directions of a layer run in one launch, direction 0
+//! at step `t = s`, direction 1 at `t = T - 1 - s` (and the reverse in the backward).
+
+use cubecl::prelude::*;
+
+/// Modes, as the kernels' compile-time parameter.
+pub(crate) const LSTM: u32 = 0;
+pub(crate) const GRU: u32 = 1;
+pub(crate) const RNN_TANH: u32 = 2;
+pub(crate) const RNN_RELU: u32 = 3;
+
+/// Gates of a mode: LSTM 4, GRU 3, RNN 1.
+pub(crate) const fn num_gates(mode: u32) -> usize {
+    match mode {
+        LSTM => 4,
+        GRU => 3,
+        _ => 1,
+    }
+}
+
+/// Width `W` of a reserve gate row, in units of `H` (Note [Cube reserve] in `super`).
+pub(crate) const fn gate_row_blocks(mode: u32) -> usize {
+    match mode {
+        LSTM => 5,
+        GRU => 4,
+        _ => 1,
+    }
+}
+
+/// Sizes of one layer's scan and where one step sits in it.
+#[derive(CubeLaunch, CubeType)]
+pub(crate) struct Scan {
+    /// `T`, `B`, `H`, `P`, `D`.
+    pub steps: u32,
+    pub batch: u32,
+    pub hidden: u32,
+    pub state: u32,
+    pub dirs: u32,
+    /// 1 when rows are `b·T + t`, 0 when `t·B + b` (Note [Rows] in `super`).
+    pub batch_first: u32,
+    /// The step's position `s` in the scan (`0..T`; the backward's `T` finishes it).
+    pub step: u32,
+    /// `layer · D`: the first pseudo-layer of the layer in `[L·D, B, ·]` state tensors.
+    pub layer_base: u32,
+}
+
+/// Where the forward step reads its input projection and biases.
+#[derive(CubeLaunch, CubeType)]
+pub(crate) struct Sources {
+    /// Element `(row, d, g, j)` of the projection is at
+    /// `row · xw_row + d · xw_dir + g · xw_gate + j` (skip input: `x` itself, with
+    /// `xw_dir = xw_gate = 0`).
+    pub xw_row: u32,
+    pub xw_dir: u32,
+    pub xw_gate: u32,
+    /// Element `(d, b, k)` of the state entering the step is at
+    /// `h_base + d · B · P + b · P + k`.
+    pub h_base: u32,
+    /// Offsets of `b_ih` and `b_hh` of each direction in the flat weights, and whether
+    /// they exist.
+    pub b_ih0: u32,
+    pub b_ih1: u32,
+    pub b_hh0: u32,
+    pub b_hh1: u32,
+    pub has_b_ih: u32,
+    pub has_b_hh: u32,
+}
+
+/// Offsets of a layer's `W_hh` (and `W_hr`) of each direction in the flat weights.
+#[derive(CubeLaunch, CubeType)]
+pub(crate) struct Recurrent {
+    pub w_hh0: u32,
+    pub w_hh1: u32,
+    pub w_hr0: u32,
+    pub w_hr1: u32,
+}
+
+/// `1 / (1 + e^-x)`: one `exp`; saturates to 0 or 1 without a NaN.
+#[cube]
+fn sigmoid<F: Float>(x: F) -> F {
+    F::new(1.0) / (F::new(1.0) + F::exp(F::new(0.0) - x))
+}
+
+/// `tanh(x) = 2 σ(2x) - 1`: saturates to ±1 without a NaN (a backend's `tanh` may not).
+#[cube]
+fn tanh_<F: Float>(x: F) -> F {
+    F::new(2.0) / (F::new(1.0) + F::exp(F::new(-2.0) * x)) - F::new(1.0)
+}
+
+/// `t[index]`, or zero when `present` is false.
+#[cube]
+fn read_if<F: Float>(t: &Tensor<F>, present: bool, index: usize) -> F {
+    let mut v = F::new(0.0);
+    if present {
+        v = t[index];
+    }
+    v
+}
+
+/// The row of step `t` of sequence `b` (Note [Rows] in `super`).
+#[cube]
+fn row_of(t: usize, b: usize, steps: usize, batch: usize, batch_first: u32) -> usize {
+    let mut row = t * batch + b;
+    if batch_first == 1 {
+        row = b * steps + t;
+    }
+    row
+}
+
+/// The step direction `d` processes at scan position `s` of the forward: `s` forward,
+/// `T - 1 - s` in reverse.
+#[cube]
+fn forward_time(s: usize, d: usize, steps: usize) -> usize {
+    let mut t = s;
+    if d == 1 {
+        t = steps - 1 - s;
+    }
+    t
+}
+
+/// One forward step of one layer, both directions (Note [Step kernel] in `super`).
+///
+/// Without projection (`PROJ` false) it writes the new state `out` (`[D, B, P]`), the
+/// layer output `y` (`[T·B, D·P]` rows), `h_n` at the last step, and (`TRAIN`) the gate
+/// rows and `h_prev` rows of the reserve. With projection it writes `o ∘ tanh(c')` into
+/// `out` (`[D, B, H]`), the cell state and the reserve, and [`project_step`] does the
+/// rest. The cell state `cell` (`[L·D, B, H]`, LSTM) is updated in place.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments, unused_assignments)]
+pub(crate) fn forward_step<F: Float>(
+    xw: &Tensor<F>,
+    weights: &Tensor<F>,
+    w_hh_t: &Tensor<F>,
+    lengths: &Tensor<u32>,
+    h_src: &Tensor<F>,
+    out: &mut Tensor<F>,
+    cell: &mut Tensor<F>,
+    y: &mut Tensor<F>,
+    h_n: &mut Tensor<F>,
+    gates: &mut Tensor<F>,
+    h_prev: &mut Tensor<F>,
+    scan: Scan,
+    src: Sources,
+    #[comptime] mode: u32,
+    #[comptime] rows: usize,
+    #[comptime] proj: bool,
+    #[comptime] train: bool,
+) {
+    let n_gates = comptime![num_gates(mode)];
+    let blocks = comptime![gate_row_blocks(mode)];
+    let h = scan.hidden as usize;
+    let p = scan.state as usize;
+    let batch = scan.batch as usize;
+    let steps = scan.steps as usize;
+    let nd = scan.dirs as usize;
+    let j = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
+    if j >= h {
+        terminate!();
+    }
+    let d = CUBE_POS_Z as usize;
+    let b0 = CUBE_POS_Y as usize * rows;
+    let s = scan.step as usize;
+    let t = forward_time(s, d, steps);
+    let gh = h * n_gates;
+    let h_base = src.h_base as usize + d * batch * p;
+
+    // The recurrent product h · W_hh^T for unit j of every gate, ROWS sequences at once:
+    // each weight is loaded once and used ROWS times.
+    let mut acc = Array::<F>::new(comptime![n_gates * rows]);
+    #[unroll]
+    for i in 0..n_gates * rows {
+        acc[i] = F::new(0.0);
+    }
+    let mut h_rows = Array::<usize>::new(rows);
+    #[unroll]
+    for r in 0..rows {
+        let mut b = b0 + r;
+        if b >= batch {
+            b = batch - 1;
+        }
+        h_rows[r] = h_base + b * p;
+    }
+    let w_base = d * p * gh + j;
+    let mut hv = Array::<F>::new(rows);
+    for k in 0..p {
+        #[unroll]
+        for r in 0..rows {
+            hv[r] = h_src[h_rows[r] + k];
+        }
+        let wk = w_base + k * gh;
+        #[unroll]
+        for g in 0..n_gates {
+            let wv = w_hh_t[wk + g * h];
+            #[unroll]
+            for r in 0..rows {
+                acc[g * rows + r] += wv * hv[r];
+            }
+        }
+    }
+
+    let mut b_ih = src.b_ih0 as usize + j;
+    let mut b_hh = src.b_hh0 as usize + j;
+    if d == 1 {
+        b_ih = src.b_ih1 as usize + j;
+        b_hh = src.b_hh1 as usize + j;
+    }
+    let has_b_ih = src.has_b_ih == 1;
+    let has_b_hh = src.has_b_hh == 1;
+    let xw_gate = src.xw_gate as usize;
+    let last = s + 1 == steps;
+    let layer_base = scan.layer_base as usize;
+    let out_w = comptime![if proj { 0 } else { 1 }];
+    let y_w = nd * p;
+    let width = blocks * h;
+
+    #[unroll]
+    for r in 0..rows {
+        let b = b0 + r;
+        if b < batch {
+            let valid = t < lengths[b] as usize;
+            let row = row_of(t, b, steps, batch, scan.batch_first);
+            let res_row = (d * steps * batch + row) * width + j;
+            let held = h_rows[r] + j;
+            if valid {
+                let xb = row * src.xw_row as usize + d * src.xw_dir as usize + j;
+                let mut hv_new = F::new(0.0);
+                if comptime![mode == LSTM] {
+                    let pi = xw[xb]
+                        + acc[r]
+                        + read_if::<F>(weights, has_b_ih, b_ih)
+                        + read_if::<F>(weights, has_b_hh, b_hh);
+                    let pf = xw[xb + xw_gate]
+                        + acc[rows + r]
+                        + read_if::<F>(weights, has_b_ih, b_ih + h)
+                        + read_if::<F>(weights, has_b_hh, b_hh + h);
+                    let pg = xw[xb + 2 * xw_gate]
+                        + acc[2 * rows + r]
+                        + read_if::<F>(weights, has_b_ih, b_ih + 2 * h)
+                        + read_if::<F>(weights, has_b_hh, b_hh + 2 * h);
+                    let po = xw[xb + 3 * xw_gate]
+                        + acc[3 * rows + r]
+                        + read_if::<F>(weights, has_b_ih, b_ih + 3 * h)
+                        + read_if::<F>(weights, has_b_hh, b_hh + 3 * h);
+                    let ig = sigmoid::<F>(pi);
+                    let fg = sigmoid::<F>(pf);
+                    let gg = tanh_::<F>(pg);
+                    let og = sigmoid::<F>(po);
+                    let ci = (layer_base + d) * batch * h + b * h + j;
+                    let c_prev = cell[ci];
+                    let c_new = fg * c_prev + ig * gg;
+                    cell[ci] = c_new;
+                    hv_new = og * tanh_::<F>(c_new);
+                    if train {
+                        gates[res_row] = ig;
+                        gates[res_row + h] = fg;
+                        gates[res_row + 2 * h] = gg;
+                        gates[res_row + 3 * h] = og;
+                        gates[res_row + 4 * h] = c_prev;
+                    }
+                } else if comptime![mode == GRU] {
+                    let pr = xw[xb]
+                        + acc[r]
+                        + read_if::<F>(weights, has_b_ih, b_ih)
+                        + read_if::<F>(weights, has_b_hh, b_hh);
+                    let pz = xw[xb + xw_gate]
+                        + acc[rows + r]
+                        + read_if::<F>(weights, has_b_ih, b_ih + h)
+                        + read_if::<F>(weights, has_b_hh, b_hh + h);
+                    let hn = acc[2 * rows + r] + read_if::<F>(weights, has_b_hh, b_hh + 2 * h);
+                    let rg = sigmoid::<F>(pr);
+                    let zg = sigmoid::<F>(pz);
+                    let ng = tanh_::<F>(
+                        xw[xb + 2 * xw_gate]
+                            + read_if::<F>(weights, has_b_ih, b_ih + 2 * h)
+                            + rg * hn,
+                    );
+                    let hp = h_src[held];
+                    hv_new = ng + zg * (hp - ng);
+                    if train {
+                        gates[res_row] = rg;
+                        gates[res_row + h] = zg;
+                        gates[res_row + 2 * h] = ng;
+                        gates[res_row + 3 * h] = hn;
+                    }
+                } else {
+                    let a = xw[xb]
+                        + acc[r]
+                        + read_if::<F>(weights, has_b_ih, b_ih)
+                        + read_if::<F>(weights, has_b_hh, b_hh);
+                    if comptime![mode == RNN_TANH] {
+                        hv_new = tanh_::<F>(a);
+                    } else {
+                        hv_new = F::max(a, F::new(0.0));
+                    }
+                    if train {
+                        gates[res_row] = hv_new;
+                    }
+                }
+                if comptime![out_w == 0] {
+                    out[(d * batch + b) * h + j] = hv_new;
+                } else {
+                    out[(d * batch + b) * p + j] = hv_new;
+                    y[row * y_w + d * p + j] = hv_new;
+                    if last {
+                        h_n[(layer_base + d) * batch * p + b * p + j] = hv_new;
+                    }
+                }
+                if train && j < p {
+                    h_prev[(d * steps * batch + row) * p + j] = h_src[held];
+                }
+            } else {
+                // Past the end: hold the state, output zero (Note [Padding never leaks] in
+                // `crate::reference`); the reserve's rows are zero.
+                if comptime![out_w == 1] {
+                    let kept = h_src[held];
+                    out[(d * batch + b) * p + j] = kept;
+                    y[row * y_w + d * p + j] = F::new(0.0);
+                    if last {
+                        h_n[(layer_base + d) * batch * p + b * p + j] = kept;
+                    }
+                }
+                if train {
+                    #[unroll]
+                    for k in 0..blocks {
+                        gates[res_row + k * h] = F::new(0.0);
+                    }
+                    if j < p {
+                        h_prev[(d * steps * batch + row) * p + j] = F::new(0.0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The LSTM projection of one forward step: `h' = m W_hr^T` for state unit `k` of `ROWS`
+/// sequences, then what [`forward_step`] does without projection: the select, `out`,
+/// `y` and `h_n`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn project_step<F: Float>(
+    m: &Tensor<F>,
+    w_hr_t: &Tensor<F>,
+    lengths: &Tensor<u32>,
+    h_src: &Tensor<F>,
+    out: &mut Tensor<F>,
+    y: &mut Tensor<F>,
+    h_n: &mut Tensor<F>,
+    scan: Scan,
+    h_base: u32,
+    #[comptime] rows: usize,
+) {
+    let h = scan.hidden as usize;
+    let p = scan.state as usize;
+    let batch = scan.batch as usize;
+    let steps = scan.steps as usize;
+    let nd = scan.dirs as usize;
+    let k = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
+    if k >= p {
+        terminate!();
+    }
+    let d = CUBE_POS_Z as usize;
+    let b0 = CUBE_POS_Y as usize * rows;
+    let s = scan.step as usize;
+    let t = forward_time(s, d, steps);
+    let mut acc = Array::<F>::new(rows);
+    let mut m_rows = Array::<usize>::new(rows);
+    #[unroll]
+    for r in 0..rows {
+        acc[r] = F::new(0.0);
+        let mut b = b0 + r;
+        if b >= batch {
+            b = batch - 1;
+        }
+        m_rows[r] = (d * batch + b) * h;
+    }
+    let w_base = d * h * p + k;
+    for j in 0..h {
+        let wv = w_hr_t[w_base + j * p];
+        #[unroll]
+        for r in 0..rows {
+            acc[r] += m[m_rows[r] + j] * wv;
+        }
+    }
+    let last = s + 1 == steps;
+    let layer_base = scan.layer_base as usize;
+    let h_base = h_base as usize + d * batch * p;
+    #[unroll]
+    for r in 0..rows {
+        let b = b0 + r;
+        if b < batch {
+            let valid = t < lengths[b] as usize;
+            let row = row_of(t, b, steps, batch, scan.batch_first);
+            let mut value = h_src[h_base + b * p + k];
+            let mut y_value = F::new(0.0);
+            if valid {
+                value = acc[r];
+                y_value = acc[r];
+            }
+            out[(d * batch + b) * p + k] = value;
+            y[row * nd * p + d * p + k] = y_value;
+            if last {
+                h_n[(layer_base + d) * batch * p + b * p + k] = value;
+            }
+        }
+    }
+}
+
+/// The time step direction `d` processes at position `s` of the backward scan (against
+/// the forward's order).
+#[cube]
+fn backward_time(s: usize, d: usize, steps: usize) -> usize {
+    let mut t = s;
+    if d == 0 {
+        t = steps - 1 - s;
+    }
+    t
+}
+
+/// One step of the backward scan of one layer, both directions (Note [Backward step
+/// kernel] in `super`).
+///
+/// First it finishes the previous step's recurrence: `dh += dG_prev · W_hh` for state
+/// unit `k` of `ROWS` sequences, at the rows that step was valid for. At `s = T` that is
+/// all it does (`dh` then holds `dh0`). Then, without projection (`PROJ` false, `P = H`),
+/// the cell backward of step `t` for hidden unit `k`: the gates' pre-activation gradients
+/// into `dg` (`[T·B, D·G·H]`; GRU's `R_n h + b_hn` gradient into `dn`, `[T·B, D·H]`), the
+/// carried `dc` in place, and what `dh` carries to the next step (GRU's `dh' ∘ z`, else
+/// zero). With projection it only writes the step's output gradient `dh'` into `dproj`
+/// (`[T·B, D·P]`), and [`backward_cell`] runs the cell.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn backward_step<F: Float>(
+    weights: &Tensor<F>,
+    lengths: &Tensor<u32>,
+    gates: &Tensor<F>,
+    h_prev: &Tensor<F>,
+    dy: &Tensor<F>,
+    dg: &mut Tensor<F>,
+    dn: &mut Tensor<F>,
+    dh: &mut Tensor<F>,
+    dc: &mut Tensor<F>,
+    dproj: &mut Tensor<F>,
+    scan: Scan,
+    rec: Recurrent,
+    #[comptime] mode: u32,
+    #[comptime] rows: usize,
+    #[comptime] proj: bool,
+) {
+    let n_gates = comptime![num_gates(mode)];
+    let h = scan.hidden as usize;
+    let p = scan.state as usize;
+    let batch = scan.batch as usize;
+    let steps = scan.steps as usize;
+    let nd = scan.dirs as usize;
+    let k = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
+    if k >= p {
+        terminate!();
+    }
+    let d = CUBE_POS_Z as usize;
+    let b0 = CUBE_POS_Y as usize * rows;
+    let s = scan.step as usize;
+    let gh = h * n_gates;
+    let dg_w = nd * gh;
+    let carry_base = (scan.layer_base as usize + d) * batch * p + k;
+
+    if s > 0 {
+        // dh += dG_prev W_hh at the rows the previous step was valid for.
+        let tp = backward_time(s - 1, d, steps);
+        let mut w_hh = rec.w_hh0 as usize + k;
+        if d == 1 {
+            w_hh = rec.w_hh1 as usize + k;
+        }
+        let mut acc = Array::<F>::new(rows);
+        let mut g_rows = Array::<usize>::new(rows);
+        let mut n_rows = Array::<usize>::new(rows);
+        #[unroll]
+        for r in 0..rows {
+            acc[r] = F::new(0.0);
+            let mut b = b0 + r;
+            if b >= batch {
+                b = batch - 1;
+            }
+            let row = row_of(tp, b, steps, batch, scan.batch_first);
+            g_rows[r] = row * dg_w + d * gh;
+            n_rows[r] = row * nd * h + d * h;
+        }
+        // GRU: the n block of the recurrent operand is dn (the gradient of R_n h + b_hn).
+        let direct = comptime![if mode == GRU { 2 } else { n_gates }] * h;
+        for i in 0..direct {
+            let wv = weights[w_hh + i * p];
+            #[unroll]
+            for r in 0..rows {
+                acc[r] += dg[g_rows[r] + i] * wv;
+            }
+        }
+        if comptime![mode == GRU] {
+            for i in 0..h {
+                let wv = weights[w_hh + (2 * h + i) * p];
+                #[unroll]
+                for r in 0..rows {
+                    acc[r] += dn[n_rows[r] + i] * wv;
+                }
+            }
+        }
+        #[unroll]
+        for r in 0..rows {
+            let b = b0 + r;
+            if b < batch && tp < lengths[b] as usize {
+                dh[carry_base + b * p] += acc[r];
+            }
+        }
+    }
+    if s == steps {
+        terminate!();
+    }
+
+    let t = backward_time(s, d, steps);
+    let blocks = comptime![gate_row_blocks(mode)];
+    let width = blocks * h;
+    #[unroll]
+    for r in 0..rows {
+        let b = b0 + r;
+        if b < batch {
+            let valid = t < lengths[b] as usize;
+            let row = row_of(t, b, steps, batch, scan.batch_first);
+            let ci = carry_base + b * p;
+            let dy_i = row * nd * p + d * p + k;
+            if comptime![proj] {
+                let mut v = F::new(0.0);
+                if valid {
+                    v = dy[dy_i] + dh[ci];
+                    dh[ci] = F::new(0.0);
+                }
+                dproj[dy_i] = v;
+            } else {
+                let gi = row * dg_w + d * gh + k;
+                let res = (d * steps * batch + row) * width + k;
+                if valid {
+                    let dht = dy[dy_i] + dh[ci];
+                    if comptime![mode == LSTM] {
+                        let dci = (scan.layer_base as usize + d) * batch * h + b * h + k;
+                        lstm_cell_backward(gates, res, h, dht, dc, dci, dg, gi);
+                        dh[ci] = F::new(0.0);
+                    } else if comptime![mode == GRU] {
+                        let rg = gates[res];
+                        let zg = gates[res + h];
+                        let ng = gates[res + 2 * h];
+                        let hn = gates[res + 3 * h];
+                        let hp = h_prev[(d * steps * batch + row) * p + k];
+                        let one = F::new(1.0);
+                        let pn = dht * (one - zg) * (one - ng * ng);
+                        let pz = dht * (hp - ng) * zg * (one - zg);
+                        let pr = pn * hn * rg * (one - rg);
+                        dg[gi] = pr;
+                        dg[gi + h] = pz;
+                        dg[gi + 2 * h] = pn;
+                        dn[row * nd * h + d * h + k] = pn * rg;
+                        dh[ci] = dht * zg;
+                    } else {
+                        let v = gates[res];
+                        let mut da = dht * (F::new(1.0) - v * v);
+                        if comptime![mode == RNN_RELU] {
+                            da = F::new(0.0);
+                            if v > F::new(0.0) {
+                                da = dht;
+                            }
+                        }
+                        dg[gi] = da;
+                        dh[ci] = F::new(0.0);
+                    }
+                } else {
+                    // No gradient from padding; dh and dc pass unchanged.
+                    #[unroll]
+                    for g in 0..n_gates {
+                        dg[gi + g * h] = F::new(0.0);
+                    }
+                    if comptime![mode == GRU] {
+                        dn[row * nd * h + d * h + k] = F::new(0.0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The LSTM cell's backward at one (row, unit): from `dm`, the gradient of
+/// `m = o ∘ tanh(c')`, and the carried `dc` (updated in place to `dc_prev`), the gates'
+/// pre-activation gradients into `dg[gi + g·H]`. Returns `m`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn lstm_cell_backward<F: Float>(
+    gates: &Tensor<F>,
+    res: usize,
+    h: usize,
+    dm: F,
+    dc: &mut Tensor<F>,
+    dci: usize,
+    dg: &mut Tensor<F>,
+    gi: usize,
+) -> F {
+    let one = F::new(1.0);
+    let ig = gates[res];
+    let fg = gates[res + h];
+    let gg = gates[res + 2 * h];
+    let og = gates[res + 3 * h];
+    let cp = gates[res + 4 * h];
+    let c = fg * cp + ig * gg;
+    let tc = tanh_::<F>(c);
+    let dct = dc[dci] + dm * og * (one - tc * tc);
+    dc[dci] = dct * fg;
+    dg[gi] = dct * gg * ig * (one - ig);
+    dg[gi + h] = dct * cp * fg * (one - fg);
+    dg[gi + 2 * h] = dct * ig * (one - gg * gg);
+    dg[gi + 3 * h] = dm * tc * og * (one - og);
+    og * tc
+}
+
+/// The LSTM cell's backward of one step after a projection, both directions: `dm = dh'
+/// W_hr` for hidden unit `j` of `ROWS` sequences, then the cell backward; `m = o ∘
+/// tanh(c')` goes to `m_out` (`[T·B, D·H]`, zero at padded rows) for `dW_hr`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn backward_cell<F: Float>(
+    weights: &Tensor<F>,
+    lengths: &Tensor<u32>,
+    gates: &Tensor<F>,
+    dproj: &Tensor<F>,
+    dg: &mut Tensor<F>,
+    dc: &mut Tensor<F>,
+    m_out: &mut Tensor<F>,
+    scan: Scan,
+    rec: Recurrent,
+    #[comptime] rows: usize,
+) {
+    let h = scan.hidden as usize;
+    let p = scan.state as usize;
+    let batch = scan.batch as usize;
+    let steps = scan.steps as usize;
+    let nd = scan.dirs as usize;
+    let j = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
+    if j >= h {
+        terminate!();
+    }
+    let d = CUBE_POS_Z as usize;
+    let b0 = CUBE_POS_Y as usize * rows;
+    let t = backward_time(scan.step as usize, d, steps);
+    let mut w_hr = rec.w_hr0 as usize + j;
+    if d == 1 {
+        w_hr = rec.w_hr1 as usize + j;
+    }
+    let mut acc = Array::<F>::new(rows);
+    let mut p_rows = Array::<usize>::new(rows);
+    #[unroll]
+    for r in 0..rows {
+        acc[r] = F::new(0.0);
+        let mut b = b0 + r;
+        if b >= batch {
+            b = batch - 1;
+        }
+        p_rows[r] = row_of(t, b, steps, batch, scan.batch_first) * nd * p + d * p;
+    }
+    for k in 0..p {
+        let wv = weights[w_hr + k * h];
+        #[unroll]
+        for r in 0..rows {
+            acc[r] += dproj[p_rows[r] + k] * wv;
+        }
+    }
+    let gh = 4 * h;
+    #[unroll]
+    for r in 0..rows {
+        let b = b0 + r;
+        if b < batch {
+            let row = row_of(t, b, steps, batch, scan.batch_first);
+            let gi = row * nd * gh + d * gh + j;
+            let mi = row * nd * h + d * h + j;
+            if t < lengths[b] as usize {
+                let res = (d * steps * batch + row) * 5 * h + j;
+                let dci = (scan.layer_base as usize + d) * batch * h + b * h + j;
+                m_out[mi] = lstm_cell_backward(gates, res, h, acc[r], dc, dci, dg, gi);
+            } else {
+                #[unroll]
+                for g in 0..4 {
+                    dg[gi + g * h] = F::new(0.0);
+                }
+                m_out[mi] = F::new(0.0);
+            }
+        }
+    }
+}
+
+/// Copies `D` blocks of `rows × cols` from the flat weights (at `off0`, `off1`) into
+/// `dst` (`[D, rows, cols]`), or transposed (`[D, cols, rows]`).
+#[cube(launch)]
+pub(crate) fn gather_blocks<F: Float>(
+    src: &Tensor<F>,
+    dst: &mut Tensor<F>,
+    off0: u32,
+    off1: u32,
+    rows: u32,
+    cols: u32,
+    #[comptime] transpose: bool,
+) {
+    let idx = ABSOLUTE_POS;
+    if idx >= dst.len() {
+        terminate!();
+    }
+    let block = rows as usize * cols as usize;
+    let d = idx / block;
+    let rem = idx % block;
+    let mut base = off0 as usize;
+    if d == 1 {
+        base = off1 as usize;
+    }
+    if transpose {
+        let k = rem / rows as usize;
+        let r = rem % rows as usize;
+        dst[idx] = src[base + r * cols as usize + k];
+    } else {
+        dst[idx] = src[base + rem];
+    }
+}
+
+/// `dst = src` with the rows of padded steps set to zero (`features` per row).
+#[cube(launch)]
+pub(crate) fn zero_padded_rows<F: Float>(
+    src: &Tensor<F>,
+    lengths: &Tensor<u32>,
+    dst: &mut Tensor<F>,
+    steps: u32,
+    batch: u32,
+    features: u32,
+    batch_first: u32,
+) {
+    let idx = ABSOLUTE_POS;
+    if idx >= dst.len() {
+        terminate!();
+    }
+    let row = idx / features as usize;
+    let mut t = row / batch as usize;
+    let mut b = row % batch as usize;
+    if batch_first == 1 {
+        t = row % steps as usize;
+        b = row / steps as usize;
+    }
+    let mut v = F::new(0.0);
+    if t < lengths[b] as usize {
+        v = src[idx];
+    }
+    dst[idx] = v;
+}

@@ -1,0 +1,275 @@
+//! Fused RNN kernels written in CubeCL, for every CubeCL runtime: Wgpu (Vulkan, Metal,
+//! DX12, WebGPU) and CUDA.
+//!
+//! Burn's Wgpu backend runs them (`CubeBackend<WgpuRuntime, ..>`, and through
+//! [`Fusion`](crate::fusion) `burn::backend::Wgpu`); on CUDA they are what runs when cuDNN
+//! cannot. Where the reference ([`crate::reference`]) launches a recurrent matmul and about
+//! ten element-wise kernels per step, these kernels launch one per step for both
+//! directions of a layer:
+//!
+//! - **Per layer**, one matmul (Burn's, i.e. cubecl's) projects the input of every step
+//!   for both directions: `X · [W_ih0; W_ih1]^T`, `[T·B, D·G·H]`.
+//! - **Per step**, ONE launch of the step kernel (two with an LSTM projection) computes
+//!   `h_{t-1} · W_hh^T` for a tile of hidden units across all of their gates, then the
+//!   biases, activations, cell update and variable-length select, and writes `y_t`,
+//!   `h_t` and `c_t` (Note [Step kernel]).
+//! - **Backward**, per step ONE launch (two with a projection) runs the element-wise
+//!   backward of the step together with the previous step's `dG · W_hh` (Note [Backward
+//!   step kernel]); the weight gradients, the input gradient and the layer below's output
+//!   gradient are matmuls over every step at once.
+//!
+//! Every feature of the op is there, with the reference's semantics: the four modes,
+//! layers, directions, LSTM projection, skip input, no bias, variable lengths (Note
+//! [Variable lengths] and Note [Padding never leaks] in [`crate::reference`]), both
+//! layouts, initial states, and dropout between layers with the reference's masks bit for
+//! bit (computed on the host and uploaded, Note [Dropout masks] in [`crate::reference`]).
+//! F16 and BF16 inputs are computed in F32, like the reference (Note [Half precision] in
+//! [`crate::reference`]): the inputs are cast up once, the results cast back once.
+//!
+//! [`kernel_calls`] counts the calls that ran these kernels; [`set_enabled`] switches
+//! them off (the reference then runs), for comparisons and benchmarks.
+//!
+//! # Note [Rows]
+//!
+//! Sequence tensors (`x`, `y`, a layer's output, the reserve's rows, the gradients) are
+//! matrices of `T·B` rows in the caller's layout, never transposed: row `b·T + t` for
+//! batch-first calls, `t·B + b` otherwise. The matmuls over all steps do not care about
+//! the order of rows; the kernels compute the row of `(t, b)` themselves.
+//!
+//! # Note [Buffers]
+//!
+//! The kernels index every buffer by hand as a packed, row-major `F32` array: inputs are
+//! cast and made contiguous (`into_contiguous`, which also removes the row pitch some
+//! runtimes give new tensors), and every buffer a kernel writes is freshly allocated
+//! packed (`empty_device_contiguous_dtype`), so a kernel never writes into a caller's
+//! tensor. Kernels write every element of what they produce, padded rows included (as
+//! zeros), so no uninitialised memory is ever read.
+//!
+//! # Note [Step kernel]
+//!
+//! A unit of the forward step kernel owns hidden unit `j` of `ROWS` sequences (4) in one
+//! direction: it accumulates the recurrent products of all `G` gates of `j` in registers
+//! (`G · ROWS` accumulators; each weight it loads serves `ROWS` sequences, and the
+//! recurrent weights are transposed once per call to `[D, P, G·H]` so that neighbouring
+//! units read neighbouring weights), then, on the spot, adds the input projection and the
+//! biases, applies the activations (`σ` and `tanh` through one `exp`, saturating without
+//! NaN), updates the cell state in place, and writes the new state, `y_t` (zero past a
+//! sequence's length, where the state is held instead) and, when training, the reserve's
+//! rows. The state ping-pongs between two buffers (every unit of a step reads all of the
+//! previous state). Cubes tile units along `x` (64 per cube), sequences along `y`,
+//! directions along `z`: both directions of a layer advance in the same launch, forward
+//! at `t = s`, reverse at `t = T - 1 - s`.
+//!
+//! With an LSTM projection the cell's output `m = o ∘ tanh(c')` goes to a scratch buffer
+//! and a second launch computes `h' = m W_hr^T` for a tile of state units and does the
+//! select and the writes.
+//!
+//! # Note [Backward step kernel]
+//!
+//! The backward scan runs against the forward's order. The gradient `dh` carried into a
+//! step needs the previous step's gate gradients of *every* hidden unit (`dG_prev ·
+//! W_hh`), so a launch first finishes the previous step's recurrence for its units (at
+//! the sequences that step was valid for; elsewhere the carried gradient passes
+//! unchanged), then runs this step's element-wise backward: `dh = dy_t + carry`, the
+//! gates' pre-activation gradients into `dG` (`[T·B, D·G·H]`, zero at padded rows), the
+//! cell gradient `dc` in place, and what the carry keeps for the next launch (GRU's
+//! `dh' ∘ z`, else zero). One more launch after the last step finishes its recurrence, and
+//! the carry buffers then hold `dh0` and `dc0`. With an LSTM projection the first launch
+//! stops at `dh'` (kept per step for `dW_hr`), and a second one computes `dm = dh' W_hr`
+//! and the cell's backward. Then, per layer: `dW_ih = dG^T · input` and the layer input's
+//! gradient `dG · [W_ih0; W_ih1]` for both directions in one matmul each; `dW_hh = dG^T ·
+//! h_prev` and `dW_hr = dh'^T · m` per direction; bias gradients as column sums.
+//!
+//! # Note [Cube reserve]
+//!
+//! A training forward keeps, per layer `l`, as 2-D `F32` tensors:
+//! - if `l > 0`: the layer's input after dropout, `[T·B, D·P]`;
+//! - the gate rows of both directions, `[D·T·B, W]`: LSTM `i, f, g, o` (activated) and the
+//!   cell state entering the step (`W = 5H`); GRU `r, z, n` and `R_n h + b_Rn` (`4H`);
+//!   RNN the step's output (`H`);
+//! - the state entering each step of both directions, `[D·T·B, P]`.
+//!
+//! Padded rows are zero. Nothing else is kept: `tanh(c')` is recomputed from the gates,
+//! dropout masks from the seed. The tensors are 2-D, so a backward tells this reserve from
+//! the reference's (3-D tensors) and cuDNN's (one 1-D buffer) by its shapes
+//! ([`owns_reserve`]).
+//!
+//! # Note [Cube fallback]
+//!
+//! The reference runs instead of the kernels when [`set_enabled`] is off, for `F64`
+//! inputs (no runtime Burn supports has an F64 matmul, module docs of `crate::cudnn`), and
+//! when a buffer would hold more than 2^31 elements (the kernels take 32-bit sizes and
+//! offsets). The backward follows the reserve it is given ([`owns_reserve`]).
+
+mod backward;
+mod forward;
+mod kernel;
+mod plan;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use burn::tensor::{DType, TensorMetadata};
+use burn_cubecl::tensor::CubeTensor;
+
+use crate::descriptor::RnnDescriptor;
+use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
+use crate::reference;
+pub(crate) use plan::CubeOps;
+use plan::Plan;
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Switches the CubeCL kernels off (`false`) or back on. While off, CubeCL backends that
+/// would run them run the reference implementation instead: for comparisons and
+/// benchmarks. Switch between calls, not while a fused op is queued (a fused custom op
+/// declares its reserve when it is registered); a backward follows the reserve it is
+/// given, whatever the switch says.
+pub fn set_enabled(enabled: bool) {
+    ENABLED.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether the CubeCL kernels are switched on ([`set_enabled`]).
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// How many calls of the op (inference forward, training forward, backward) this process
+/// has run through the CubeCL kernels: a diagnostic that shows which path ran.
+pub fn kernel_calls() -> u64 {
+    CALLS.load(Ordering::Relaxed)
+}
+
+/// Whether the kernels run a call of `desc` on inputs of `dtype` (Note [Cube fallback]).
+pub(crate) fn runs(desc: &RnnDescriptor, dtype: DType) -> bool {
+    enabled() && dtype != DType::F64 && plan::fits(desc)
+}
+
+/// Whether `reserve` is the kernels' (Note [Cube reserve]): every tensor is 2-D.
+pub(crate) fn owns_reserve<B: CubeOps>(reserve: &RnnReserve<B>) -> bool {
+    !reserve.tensors.is_empty() && reserve.tensors.iter().all(|t| t.shape().num_dims() == 2)
+}
+
+fn count() {
+    CALLS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The output of the kernels in the caller's shapes and dtype.
+fn output<B: CubeOps>(
+    desc: &RnnDescriptor,
+    out: forward::Outputs<B::Runtime>,
+    dtype: DType,
+) -> RnnOutput<B> {
+    let back = |t: CubeTensor<B::Runtime>, shape: &[usize]| {
+        reference::cast::<B>(forward::with_shape(t, shape), dtype)
+    };
+    RnnOutput {
+        y: back(out.y, &desc.output_shape()),
+        h_n: back(out.h_n, &desc.hidden_shape()),
+        c_n: out.c_n.map(|c| back(c, &desc.cell_shape())),
+    }
+}
+
+/// Inference forward on any CubeCL runtime: the kernels, or the reference where they do
+/// not run (Note [Cube fallback]).
+pub(crate) fn forward<B: CubeOps>(desc: &RnnDescriptor, inputs: RnnInputs<B>) -> RnnOutput<B> {
+    let dtype = inputs.x.dtype();
+    if !runs(desc, dtype) {
+        return reference::forward::<B>(desc, inputs);
+    }
+    count();
+    let plan = Plan::new(desc);
+    let inputs = forward::device_inputs::<B>(&plan, inputs);
+    let (out, _) = forward::forward::<B>(&plan, inputs, false);
+    output::<B>(desc, out, dtype)
+}
+
+/// Training forward on any CubeCL runtime: the output and the reserve of Note [Cube
+/// reserve], or the reference's where the kernels do not run.
+pub(crate) fn forward_training<B: CubeOps>(
+    desc: &RnnDescriptor,
+    inputs: RnnInputs<B>,
+) -> (RnnOutput<B>, RnnReserve<B>) {
+    let dtype = inputs.x.dtype();
+    if !runs(desc, dtype) {
+        return reference::forward_training::<B>(desc, inputs);
+    }
+    count();
+    let plan = Plan::new(desc);
+    let inputs = forward::device_inputs::<B>(&plan, inputs);
+    let (out, reserve) = forward::forward::<B>(&plan, inputs, true);
+    (
+        output::<B>(desc, out, dtype),
+        RnnReserve { tensors: reserve },
+    )
+}
+
+/// The reserve's shapes and dtypes (`FusedRnnBackend::fused_rnn_reserve_layout`).
+pub(crate) fn reserve_layout(desc: &RnnDescriptor, dtype: DType) -> Vec<(Vec<usize>, DType)> {
+    if !runs(desc, dtype) {
+        return reference::reserve_layout(desc, dtype);
+    }
+    plan::reserve_shapes(desc)
+        .into_iter()
+        .map(|shape| (shape.to_vec(), DType::F32))
+        .collect()
+}
+
+/// Backward pass on any CubeCL runtime, from the reserve of [`forward_training`]: the
+/// kernels for their own reserve, the reference for the reference's.
+///
+/// # Panics
+///
+/// If `reserve` is 2-D but not the kernels' reserve for `desc` (another call's), naming
+/// both.
+pub(crate) fn backward<B: CubeOps>(
+    desc: &RnnDescriptor,
+    inputs: RnnInputs<B>,
+    output: RnnOutput<B>,
+    reserve: RnnReserve<B>,
+    grads: RnnOutputGrads<B>,
+) -> RnnGrads<B> {
+    if !owns_reserve(&reserve) {
+        return reference::backward::<B>(desc, inputs, output, reserve, grads);
+    }
+    drop(output);
+    let expected: Vec<Vec<usize>> = plan::reserve_shapes(desc)
+        .into_iter()
+        .map(|s| s.to_vec())
+        .collect();
+    let got: Vec<Vec<usize>> = reserve.tensors.iter().map(|t| t.shape().to_vec()).collect();
+    let f32_only = reserve.tensors.iter().all(|t| t.dtype() == DType::F32);
+    assert!(
+        got == expected && f32_only,
+        "expected reserve to be the CubeCL kernels' training-forward reserve for this call \
+         (F32 tensors of shapes {expected:?}, Note [Cube reserve]), got shapes {got:?} of dtypes {:?}",
+        reserve.tensors.iter().map(|t| t.dtype()).collect::<Vec<_>>()
+    );
+    count();
+    let dtype = inputs.x.dtype();
+    let plan = Plan::new(desc);
+    let rows = plan.rows();
+    let inputs = forward::device_inputs::<B>(&plan, inputs);
+    let grads = backward::OutputGrads {
+        dy: grads
+            .dy
+            .map(|t| forward::reshape_rows(plan::f32_contiguous::<B>(t), rows)),
+        dh_n: grads.dh_n.map(plan::f32_contiguous::<B>),
+        dc_n: grads.dc_n.map(plan::f32_contiguous::<B>),
+    };
+    let reserve = reserve
+        .tensors
+        .into_iter()
+        .map(burn_cubecl::kernel::into_contiguous)
+        .collect();
+    let g = backward::backward::<B>(&plan, inputs, reserve, grads);
+    let back = |t: CubeTensor<B::Runtime>, shape: &[usize]| {
+        reference::cast::<B>(forward::with_shape(t, shape), dtype)
+    };
+    RnnGrads {
+        dx: back(g.dx, &desc.input_shape()),
+        dh0: back(g.dh0, &desc.hidden_shape()),
+        dc0: g.dc0.map(|c| back(c, &desc.cell_shape())),
+        dweights: back(g.dweights, &[desc.params_size()]),
+    }
+}

@@ -1,0 +1,361 @@
+//! What the forward and the backward share: sizes, launch shapes, buffers, weight blocks,
+//! sequence lengths and dropout masks on the device, and the reserve layout.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Shape};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::{empty_device_contiguous_dtype, zeros_client};
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use cubecl::prelude::*;
+
+use super::kernel::{self, gate_row_blocks, num_gates};
+use crate::config::{RnnMode, RnnSpec};
+use crate::descriptor::RnnDescriptor;
+use crate::layout::{ParamKind, RnnLayout};
+use crate::reference::dropout::LayerMask;
+
+/// A CubeCL backend: Burn's `CubeBackend` on any runtime (Wgpu, CUDA, ...).
+pub(crate) trait CubeOps: Backend<FloatTensorPrimitive = CubeTensor<Self::Runtime>> {
+    /// The CubeCL runtime.
+    type Runtime: CubeRuntime;
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> CubeOps
+    for CubeBackend<R, F, I, BT>
+{
+    type Runtime = R;
+}
+
+/// Units of a cube along `x` (hidden or state units).
+pub(crate) const CUBE_UNITS: u32 = 64;
+
+/// Sequences each unit handles (Note [Step kernel] in `super`).
+pub(crate) const ROWS: usize = 4;
+
+/// Sizes of one call.
+#[derive(Debug)]
+pub(crate) struct Plan<'d> {
+    pub(crate) desc: &'d RnnDescriptor,
+    pub(crate) spec: RnnSpec,
+    pub(crate) layout: RnnLayout,
+    /// `T`, `B`, `H`, `P`, `D`, `G`.
+    pub(crate) t: usize,
+    pub(crate) b: usize,
+    pub(crate) h: usize,
+    pub(crate) p: usize,
+    pub(crate) nd: usize,
+    pub(crate) g: usize,
+    /// The mode as the kernels' compile-time parameter.
+    pub(crate) mode: u32,
+    /// Valid length of each sequence.
+    pub(crate) lengths: Vec<u32>,
+    /// Whether some sequence is shorter than `T`.
+    pub(crate) padded: bool,
+}
+
+impl<'d> Plan<'d> {
+    pub(crate) fn new(desc: &'d RnnDescriptor) -> Self {
+        let spec = desc.spec;
+        let lengths: Vec<u32> = (0..desc.batch_size)
+            .map(|b| desc.seq_length_of(b) as u32)
+            .collect();
+        Self {
+            desc,
+            spec,
+            layout: RnnLayout::new(spec),
+            t: desc.seq_length,
+            b: desc.batch_size,
+            h: spec.d_hidden,
+            p: spec.d_state(),
+            nd: spec.num_directions(),
+            g: spec.mode.num_gates(),
+            mode: mode_id(spec.mode),
+            padded: lengths.iter().any(|&len| len as usize != desc.seq_length),
+            lengths,
+        }
+    }
+
+    /// `T · B`, the rows of a sequence tensor (Note [Rows] in `super`).
+    pub(crate) fn rows(&self) -> usize {
+        self.t * self.b
+    }
+
+    /// `G · H`.
+    pub(crate) fn gh(&self) -> usize {
+        self.g * self.h
+    }
+
+    /// Width `W` of a reserve gate row (Note [Cube reserve] in `super`).
+    pub(crate) fn gate_width(&self) -> usize {
+        gate_row_blocks(self.mode) * self.h
+    }
+
+    /// Offset of a canonical tensor in the flat weights, if the layout has it.
+    pub(crate) fn offset(&self, layer: usize, d: usize, kind: ParamKind) -> Option<u32> {
+        self.layout.entry(layer, d, kind).map(|e| e.offset as u32)
+    }
+
+    /// The offsets of `kind` for both directions (the second repeats the first when there
+    /// is one direction).
+    pub(crate) fn offsets(&self, layer: usize, kind: ParamKind) -> Option<(u32, u32)> {
+        let first = self.offset(layer, 0, kind)?;
+        let second = if self.nd == 2 {
+            self.offset(layer, 1, kind)?
+        } else {
+            first
+        };
+        Some((first, second))
+    }
+
+    /// The launch of a step kernel over `units` units of every sequence and direction.
+    pub(crate) fn step_launch(&self, units: usize) -> (CubeCount, CubeDim) {
+        let x = (units as u32).div_ceil(CUBE_UNITS);
+        let y = self.b.div_ceil(ROWS) as u32;
+        (
+            CubeCount::Static(x, y, self.nd as u32),
+            CubeDim::new_1d(CUBE_UNITS),
+        )
+    }
+
+    /// The scan arguments of step `s` of `layer`.
+    pub(crate) fn scan<R: Runtime>(&self, layer: usize, s: usize) -> kernel::ScanLaunch<R> {
+        kernel::ScanLaunch::new(
+            self.t as u32,
+            self.b as u32,
+            self.h as u32,
+            self.p as u32,
+            self.nd as u32,
+            u32::from(self.desc.batch_first),
+            s as u32,
+            (layer * self.nd) as u32,
+        )
+    }
+
+    /// `(t, b)` of a row (Note [Rows] in `super`).
+    pub(crate) fn row_step(&self, row: usize) -> (usize, usize) {
+        if self.desc.batch_first {
+            (row % self.t, row / self.t)
+        } else {
+            (row / self.b, row % self.b)
+        }
+    }
+}
+
+/// The kernels' mode constant.
+pub(crate) fn mode_id(mode: RnnMode) -> u32 {
+    match mode {
+        RnnMode::Lstm => kernel::LSTM,
+        RnnMode::Gru => kernel::GRU,
+        RnnMode::RnnTanh => kernel::RNN_TANH,
+        RnnMode::RnnRelu => kernel::RNN_RELU,
+    }
+}
+
+/// Whether every index the kernels compute fits in their 32-bit arguments with room to
+/// spare (Note [Cube fallback] in `super`).
+pub(crate) fn fits(desc: &RnnDescriptor) -> bool {
+    let spec = &desc.spec;
+    let rows = desc.seq_length as u128 * desc.batch_size as u128;
+    let widest = [
+        spec.d_input,
+        spec.output_size() * 2,
+        num_gates(mode_id(spec.mode)) * spec.d_hidden * spec.num_directions(),
+        gate_row_blocks(mode_id(spec.mode)) * spec.d_hidden,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0) as u128;
+    let limit = 1u128 << 31;
+    rows * widest * spec.num_directions() as u128 <= limit
+        && crate::layout::params_size(spec) as u128 <= limit
+        && (spec.num_pseudo_layers() as u128 * desc.batch_size as u128 * spec.d_hidden as u128)
+            <= limit
+}
+
+/// `t` as a contiguous, packed `F32` tensor (cast when needed).
+pub(crate) fn f32_contiguous<B: CubeOps>(t: CubeTensor<B::Runtime>) -> CubeTensor<B::Runtime> {
+    let t = crate::reference::cast::<B>(t, DType::F32);
+    into_contiguous(t)
+}
+
+/// A fresh, packed `F32` buffer of `shape` (uninitialised: every kernel writes all of it).
+pub(crate) fn empty<R: CubeRuntime>(like: &CubeTensor<R>, shape: &[usize]) -> CubeTensor<R> {
+    empty_device_contiguous_dtype(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(shape.to_vec()),
+        DType::F32,
+    )
+}
+
+/// A fresh, packed `F32` buffer of zeros.
+pub(crate) fn zeros<R: CubeRuntime>(like: &CubeTensor<R>, shape: &[usize]) -> CubeTensor<R> {
+    into_contiguous(zeros_client(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(shape.to_vec()),
+        DType::F32,
+    ))
+}
+
+/// A fresh, packed `F32` copy of `t`, or zeros of `shape`: a buffer the kernels may write
+/// in place (never the caller's).
+pub(crate) fn owned_copy<B: CubeOps>(
+    t: Option<CubeTensor<B::Runtime>>,
+    like: &CubeTensor<B::Runtime>,
+    shape: &[usize],
+) -> CubeTensor<B::Runtime> {
+    match t {
+        Some(t) => {
+            let t = f32_contiguous::<B>(t);
+            let copy = empty(like, shape);
+            let n = shape.iter().product::<usize>();
+            copy_into(&t, &copy, n);
+            copy
+        }
+        None => zeros(like, shape),
+    }
+}
+
+/// `dst[..n] = src[..n]` (both packed `F32`).
+fn copy_into<R: CubeRuntime>(src: &CubeTensor<R>, dst: &CubeTensor<R>, n: usize) {
+    let dim = CubeDim::new_1d(256);
+    let count = cubecl::calculate_cube_count_elemwise(&src.client, n, dim);
+    kernel::gather_blocks::launch::<f32, R>(
+        &src.client,
+        count,
+        dim,
+        src.clone().into_tensor_arg(),
+        dst.clone().into_tensor_arg(),
+        0,
+        0,
+        1,
+        n as u32,
+        false,
+    );
+}
+
+/// A one-element buffer for a kernel argument a configuration does not use.
+pub(crate) fn unused<R: CubeRuntime>(like: &CubeTensor<R>) -> CubeTensor<R> {
+    empty(like, &[1])
+}
+
+/// The sequence lengths on the device, `u32`.
+pub(crate) fn lengths<R: CubeRuntime>(plan: &Plan<'_>, like: &CubeTensor<R>) -> CubeTensor<R> {
+    let bytes: Vec<u8> = plan.lengths.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let handle = like.client.create_from_slice(&bytes);
+    CubeTensor::new_contiguous(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(vec![plan.b]),
+        handle,
+        DType::U32,
+    )
+}
+
+/// `D` blocks of `rows × cols` of the flat weights at the offsets of `kind` in `layer`,
+/// as `[D, rows, cols]`, or transposed, `[D, cols, rows]`.
+pub(crate) fn weight_blocks<R: CubeRuntime>(
+    plan: &Plan<'_>,
+    weights: &CubeTensor<R>,
+    layer: usize,
+    kind: ParamKind,
+    rows: usize,
+    cols: usize,
+    transpose: bool,
+) -> CubeTensor<R> {
+    let (off0, off1) = plan
+        .offsets(layer, kind)
+        .expect("the layout has this tensor");
+    let shape = if transpose {
+        [plan.nd, cols, rows]
+    } else {
+        [plan.nd, rows, cols]
+    };
+    let out = empty(weights, &shape);
+    let n = plan.nd * rows * cols;
+    let dim = CubeDim::new_1d(256);
+    let count = cubecl::calculate_cube_count_elemwise(&weights.client, n, dim);
+    kernel::gather_blocks::launch::<f32, R>(
+        &weights.client,
+        count,
+        dim,
+        weights.clone().into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        off0,
+        off1,
+        rows as u32,
+        cols as u32,
+        transpose,
+    );
+    out
+}
+
+/// `x` (rows of `features`) with the rows of padded steps zeroed, in a fresh buffer.
+pub(crate) fn zero_padded_rows<R: CubeRuntime>(
+    plan: &Plan<'_>,
+    x: &CubeTensor<R>,
+    lengths: &CubeTensor<R>,
+    features: usize,
+) -> CubeTensor<R> {
+    let out = empty(x, &[plan.rows(), features]);
+    let n = plan.rows() * features;
+    let dim = CubeDim::new_1d(256);
+    let count = cubecl::calculate_cube_count_elemwise(&x.client, n, dim);
+    kernel::zero_padded_rows::launch::<f32, R>(
+        &x.client,
+        count,
+        dim,
+        x.clone().into_tensor_arg(),
+        lengths.clone().into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        plan.t as u32,
+        plan.b as u32,
+        features as u32,
+        u32::from(plan.desc.batch_first),
+    );
+    out
+}
+
+/// The scaled keep mask of `layer`'s input, `[T·B, D·P]` in the call's row order,
+/// computed on the host (Note [Dropout masks] in `crate::reference`) and uploaded.
+pub(crate) fn dropout_mask<R: CubeRuntime>(
+    plan: &Plan<'_>,
+    layer: usize,
+    like: &CubeTensor<R>,
+) -> CubeTensor<R> {
+    let mask = LayerMask::new(plan.desc, layer);
+    let f = plan.nd * plan.p;
+    let mut bytes = Vec::with_capacity(plan.rows() * f * 4);
+    for row in 0..plan.rows() {
+        let (t, b) = plan.row_step(row);
+        let base = (t * plan.b + b) * f;
+        for k in 0..f {
+            bytes.extend_from_slice(&(mask.factor(base + k) as f32).to_ne_bytes());
+        }
+    }
+    let handle = like.client.create_from_slice(&bytes);
+    CubeTensor::new_contiguous(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(vec![plan.rows(), f]),
+        handle,
+        DType::F32,
+    )
+}
+
+/// The reserve's shapes (Note [Cube reserve] in `super`), all `F32`.
+pub(crate) fn reserve_shapes(desc: &RnnDescriptor) -> Vec<[usize; 2]> {
+    let plan = Plan::new(desc);
+    let rows = plan.rows();
+    let mut shapes = Vec::new();
+    for layer in 0..plan.spec.num_layers {
+        if layer > 0 {
+            shapes.push([rows, plan.nd * plan.p]);
+        }
+        shapes.push([plan.nd * rows, plan.gate_width()]);
+        shapes.push([plan.nd * rows, plan.p]);
+    }
+    shapes
+}
