@@ -275,6 +275,46 @@ fn dropout_and_zero_lengths_match_the_reference() {
     }
 }
 
+/// The kernels' tiles depend on the device (module docs of `cube`, Note [Step kernel]):
+/// lavapipe runs the CPU-driver tiles in the parity suite; here the GPU tiles (one column,
+/// eight sequences, 64 units per cube) and odd ones (three columns, two sequences, two
+/// units per cube: several cubes along both axes, partial tiles) run a slice of the
+/// suite's grid, every mode, with and without projection, padding and garbage padding.
+#[test]
+fn other_tiles_match_the_reference() {
+    let Some(_lock) = wgpu("other_tiles_match_the_reference") else {
+        return;
+    };
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            std::env::remove_var("BURN_FUSED_RNN_CUBE_TILES");
+        }
+    }
+    let _restore = Restore;
+    let cases: Vec<_> = burn_fused_rnn::testing::parity_cases()
+        .into_iter()
+        .filter(|c| c.num_layers == 2 && c.bidirectional && c.variable_lengths && c.batch_first)
+        .collect();
+    let device = Default::default();
+    for tiles in ["1,8,64", "3,2,2"] {
+        std::env::set_var("BURN_FUSED_RNN_CUBE_TILES", tiles);
+        let before = cube::kernel_calls();
+        for case in &cases {
+            if let Err(failure) =
+                burn_fused_rnn::testing::check_case::<W>(case, &device, DType::F32)
+            {
+                panic!("tiles {tiles}: {failure}");
+            }
+        }
+        assert_eq!(
+            cube::kernel_calls() - before,
+            3 * cases.len() as u64,
+            "tiles {tiles}: the kernels ran every call"
+        );
+    }
+}
+
 /// A length of 0 gives zero outputs and final states equal to the initial ones.
 #[test]
 fn a_length_of_zero_keeps_the_initial_state() {

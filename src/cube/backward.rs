@@ -10,7 +10,7 @@ use burn_cubecl::CubeRuntime;
 use super::forward::{input_weights, matmul, prim, tensor, with_shape, Inputs};
 use super::kernel::{self, RecurrentLaunch};
 use super::plan::{
-    dropout_mask, empty, lengths, owned_copy, unused, zero_padded_rows, CubeOps, Plan, ROWS,
+    dropout_mask, empty, lengths, owned_copy, unused, zero_padded_rows, CubeOps, Plan,
 };
 use crate::config::RnnMode;
 use crate::layout::ParamKind;
@@ -109,7 +109,8 @@ pub(crate) fn backward<B: CubeOps>(
         let (w_hh0, w_hh1) = offsets(ParamKind::WeightHh);
         let (w_hr0, w_hr1) = offsets(ParamKind::WeightHr);
         let recurrent = || RecurrentLaunch::new(w_hh0, w_hh1, w_hr0, w_hr1);
-        let (count, dim) = plan.step_launch(p);
+        let tiles = plan.tiles(x, 1);
+        let (count, dim) = plan.step_launch(tiles, p);
         // Steps 0..T, then T: the last step's recurrence (Note [Backward step kernel]).
         for s in 0..=t_len {
             kernel::backward_step::launch::<f32, B::Runtime>(
@@ -129,11 +130,12 @@ pub(crate) fn backward<B: CubeOps>(
                 plan.scan(layer, s),
                 recurrent(),
                 plan.mode,
-                ROWS,
+                tiles.units,
+                tiles.rows,
                 proj,
             );
             if proj && s < t_len {
-                let (count, dim) = plan.step_launch(h);
+                let (count, dim) = plan.step_launch(tiles, h);
                 kernel::backward_cell::launch::<f32, B::Runtime>(
                     client,
                     count,
@@ -147,7 +149,8 @@ pub(crate) fn backward<B: CubeOps>(
                     m.clone().into_tensor_arg(),
                     plan.scan(layer, s),
                     recurrent(),
-                    ROWS,
+                    tiles.units,
+                    tiles.rows,
                 );
             }
         }

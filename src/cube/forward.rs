@@ -10,7 +10,7 @@ use burn_cubecl::CubeRuntime;
 use super::kernel::{self, SourcesLaunch};
 use super::plan::{
     dropout_mask, empty, f32_contiguous, lengths, owned_copy, unused, weight_blocks, zeros,
-    CubeOps, Plan, ROWS,
+    CubeOps, Plan,
 };
 use crate::layout::ParamKind;
 
@@ -118,6 +118,7 @@ pub(crate) fn forward<B: CubeOps>(
         unused(x)
     };
     let spare = unused(x);
+    let pre = empty(x, &[nd, batch, plan.gh()]);
 
     let mut reserve = Vec::new();
     let mut layer_in = x.clone();
@@ -149,7 +150,9 @@ pub(crate) fn forward<B: CubeOps>(
         };
         let b_ih = plan.offsets(layer, ParamKind::BiasIh);
         let b_hh = plan.offsets(layer, ParamKind::BiasHh);
-        let (count, dim) = plan.step_launch(h);
+        let step_tiles = plan.tiles(x, plan.g);
+        let proj_tiles = plan.tiles(x, 1);
+        let (count, dim) = plan.step_launch(step_tiles, h);
         let client = &x.client;
         for s in 0..t_len {
             let (h_src, h_base) = if s == 0 {
@@ -185,15 +188,17 @@ pub(crate) fn forward<B: CubeOps>(
                 h_n.clone().into_tensor_arg(),
                 gates.clone().into_tensor_arg(),
                 h_prev.clone().into_tensor_arg(),
+                pre.clone().into_tensor_arg(),
                 plan.scan(layer, s),
                 sources,
                 plan.mode,
-                ROWS,
+                step_tiles.units,
+                step_tiles.rows,
                 proj,
                 training,
             );
             if let Some(w_hr_t) = &w_hr_t {
-                let (count, dim) = plan.step_launch(p);
+                let (count, dim) = plan.step_launch(proj_tiles, p);
                 kernel::project_step::launch::<f32, B::Runtime>(
                     client,
                     count,
@@ -207,7 +212,8 @@ pub(crate) fn forward<B: CubeOps>(
                     h_n.clone().into_tensor_arg(),
                     plan.scan(layer, s),
                     h_base as u32,
-                    ROWS,
+                    proj_tiles.units,
+                    proj_tiles.rows,
                 );
             }
         }

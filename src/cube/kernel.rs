@@ -129,13 +129,103 @@ fn forward_time(s: usize, d: usize, steps: usize) -> usize {
     t
 }
 
+/// Column `u` of this unit's tile: tiles of `UNITS` columns per unit interleave, so that
+/// neighbouring units read neighbouring weights (Note [Step kernel] in `super`).
+#[cube]
+fn tile_column(u: usize, #[comptime] units: usize) -> usize {
+    (CUBE_POS_X as usize * units + u) * CUBE_DIM_X as usize + UNIT_POS_X as usize
+}
+
+/// `acc[(g · UNITS + u) · ROWS + r] += Σ_i a[a_rows[r] + i] · b[b_base + i · b_stride +
+/// g · g_stride + cols[u]]` over `i < len`: one tile of a matrix product, every loaded
+/// value used `G · UNITS` (`a`) or `ROWS` (`b`) times.
+///
+/// The indices are in bounds by construction (callers clamp rows and columns to the
+/// buffers' sizes), so the loads skip cubecl's per-access check (`read_unchecked`): in
+/// this loop the checks cost more than the arithmetic.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn tile_product<F: Float>(
+    a: &Tensor<F>,
+    a_rows: &Array<usize>,
+    b: &Tensor<F>,
+    b_base: usize,
+    b_stride: usize,
+    g_stride: usize,
+    cols: &Array<usize>,
+    len: usize,
+    acc: &mut Array<F>,
+    #[comptime] gates: usize,
+    #[comptime] units: usize,
+    #[comptime] rows: usize,
+) {
+    let mut av = Array::<F>::new(rows);
+    for i in 0..len {
+        #[unroll]
+        for r in 0..rows {
+            av[r] = a.read_unchecked(a_rows[r] + i);
+        }
+        let bi = b_base + i * b_stride;
+        #[unroll]
+        for g in 0..gates {
+            #[unroll]
+            for u in 0..units {
+                let bv = b.read_unchecked(bi + g * g_stride + cols[u]);
+                #[unroll]
+                for r in 0..rows {
+                    acc[(g * units + u) * rows + r] += bv * av[r];
+                }
+            }
+        }
+    }
+}
+
+/// `ROWS` zeros.
+#[cube]
+fn zeros<F: Float>(#[comptime] n: usize) -> Array<F> {
+    let mut acc = Array::<F>::new(n);
+    #[unroll]
+    for i in 0..n {
+        acc[i] = F::new(0.0);
+    }
+    acc
+}
+
+/// The columns of this unit's tile, clamped to `n` (for loads; stores check `< n`).
+#[cube]
+fn tile_columns(n: usize, #[comptime] units: usize) -> Array<usize> {
+    let mut cols = Array::<usize>::new(units);
+    #[unroll]
+    for u in 0..units {
+        let mut c = tile_column(u, units);
+        if c >= n {
+            c = n - 1;
+        }
+        cols[u] = c;
+    }
+    cols
+}
+
+/// The sequence of row `r` of this unit's tile, clamped to `batch` (for loads).
+#[cube]
+fn clamped_sequence(r: usize, batch: usize, #[comptime] rows: usize) -> usize {
+    let mut b = CUBE_POS_Y as usize * rows + r;
+    if b >= batch {
+        b = batch - 1;
+    }
+    b
+}
+
 /// One forward step of one layer, both directions (Note [Step kernel] in `super`).
 ///
-/// Without projection (`PROJ` false) it writes the new state `out` (`[D, B, P]`), the
-/// layer output `y` (`[T·B, D·P]` rows), `h_n` at the last step, and (`TRAIN`) the gate
-/// rows and `h_prev` rows of the reserve. With projection it writes `o ∘ tanh(c')` into
-/// `out` (`[D, B, H]`), the cell state and the reserve, and [`project_step`] does the
-/// rest. The cell state `cell` (`[L·D, B, H]`, LSTM) is updated in place.
+/// A unit computes the recurrent products of `UNITS` hidden units of `ROWS` sequences,
+/// all gates, and stages them in `pre` (`[D, B, G·H]`, its own tile only); then, one
+/// (unit, sequence) at a time, the cell update. Without projection (`PROJ` false) it
+/// writes the new state `out` (`[D, B, P]`), the layer output `y` (`[T·B, D·P]` rows),
+/// `h_n` at the last step, and (`TRAIN`) the gate rows and `h_prev` rows of the reserve.
+/// With projection it writes `o ∘ tanh(c')` into `out` (`[D, B, H]`), the cell state and
+/// the reserve, and [`project_step`] does the rest. The cell state `cell` (`[L·D, B, H]`,
+/// LSTM) is updated in place.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments, unused_assignments)]
 pub(crate) fn forward_step<F: Float>(
@@ -150,9 +240,11 @@ pub(crate) fn forward_step<F: Float>(
     h_n: &mut Tensor<F>,
     gates: &mut Tensor<F>,
     h_prev: &mut Tensor<F>,
+    pre: &mut Tensor<F>,
     scan: Scan,
     src: Sources,
     #[comptime] mode: u32,
+    #[comptime] units: usize,
     #[comptime] rows: usize,
     #[comptime] proj: bool,
     #[comptime] train: bool,
@@ -164,8 +256,7 @@ pub(crate) fn forward_step<F: Float>(
     let batch = scan.batch as usize;
     let steps = scan.steps as usize;
     let nd = scan.dirs as usize;
-    let j = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
-    if j >= h {
+    if tile_column(0, units) >= h {
         terminate!();
     }
     let d = CUBE_POS_Z as usize;
@@ -175,81 +266,85 @@ pub(crate) fn forward_step<F: Float>(
     let gh = h * n_gates;
     let h_base = src.h_base as usize + d * batch * p;
 
-    // The recurrent product h · W_hh^T for unit j of every gate, ROWS sequences at once:
-    // each weight is loaded once and used ROWS times.
-    let mut acc = Array::<F>::new(comptime![n_gates * rows]);
-    #[unroll]
-    for i in 0..n_gates * rows {
-        acc[i] = F::new(0.0);
-    }
+    // The recurrent product h · W_hh^T of the tile, every gate.
+    let mut acc = zeros::<F>(comptime![n_gates * units * rows]);
     let mut h_rows = Array::<usize>::new(rows);
     #[unroll]
     for r in 0..rows {
-        let mut b = b0 + r;
-        if b >= batch {
-            b = batch - 1;
-        }
-        h_rows[r] = h_base + b * p;
+        h_rows[r] = h_base + clamped_sequence(r, batch, rows) * p;
     }
-    let w_base = d * p * gh + j;
-    let mut hv = Array::<F>::new(rows);
-    for k in 0..p {
+    let cols = tile_columns(h, units);
+    tile_product::<F>(
+        h_src,
+        &h_rows,
+        w_hh_t,
+        d * p * gh,
+        gh,
+        h,
+        &cols,
+        p,
+        &mut acc,
+        n_gates,
+        units,
+        rows,
+    );
+    #[unroll]
+    for g in 0..n_gates {
         #[unroll]
-        for r in 0..rows {
-            hv[r] = h_src[h_rows[r] + k];
-        }
-        let wk = w_base + k * gh;
-        #[unroll]
-        for g in 0..n_gates {
-            let wv = w_hh_t[wk + g * h];
+        for u in 0..units {
             #[unroll]
             for r in 0..rows {
-                acc[g * rows + r] += wv * hv[r];
+                let b = b0 + r;
+                let j = tile_column(u, units);
+                if b < batch && j < h {
+                    pre[(d * batch + b) * gh + g * h + j] = acc[(g * units + u) * rows + r];
+                }
             }
         }
     }
 
-    let mut b_ih = src.b_ih0 as usize + j;
-    let mut b_hh = src.b_hh0 as usize + j;
-    if d == 1 {
-        b_ih = src.b_ih1 as usize + j;
-        b_hh = src.b_hh1 as usize + j;
-    }
     let has_b_ih = src.has_b_ih == 1;
     let has_b_hh = src.has_b_hh == 1;
     let xw_gate = src.xw_gate as usize;
     let last = s + 1 == steps;
     let layer_base = scan.layer_base as usize;
-    let out_w = comptime![if proj { 0 } else { 1 }];
     let y_w = nd * p;
     let width = blocks * h;
-
-    #[unroll]
-    for r in 0..rows {
-        let b = b0 + r;
-        if b < batch {
+    // The cell update, one (unit, sequence) of the tile at a time (a loop, not unrolled:
+    // the code of one cell is enough).
+    for i in 0..units * rows {
+        let j = tile_column(i / rows, units);
+        let b = b0 + i % rows;
+        if j < h && b < batch {
+            let mut b_ih = src.b_ih0 as usize + j;
+            let mut b_hh = src.b_hh0 as usize + j;
+            if d == 1 {
+                b_ih = src.b_ih1 as usize + j;
+                b_hh = src.b_hh1 as usize + j;
+            }
             let valid = t < lengths[b] as usize;
             let row = row_of(t, b, steps, batch, scan.batch_first);
             let res_row = (d * steps * batch + row) * width + j;
-            let held = h_rows[r] + j;
+            let held = h_base + b * p + j;
+            let acc_i = (d * batch + b) * gh + j;
             if valid {
                 let xb = row * src.xw_row as usize + d * src.xw_dir as usize + j;
                 let mut hv_new = F::new(0.0);
                 if comptime![mode == LSTM] {
                     let pi = xw[xb]
-                        + acc[r]
+                        + pre[acc_i]
                         + read_if::<F>(weights, has_b_ih, b_ih)
                         + read_if::<F>(weights, has_b_hh, b_hh);
                     let pf = xw[xb + xw_gate]
-                        + acc[rows + r]
+                        + pre[acc_i + h]
                         + read_if::<F>(weights, has_b_ih, b_ih + h)
                         + read_if::<F>(weights, has_b_hh, b_hh + h);
                     let pg = xw[xb + 2 * xw_gate]
-                        + acc[2 * rows + r]
+                        + pre[acc_i + 2 * h]
                         + read_if::<F>(weights, has_b_ih, b_ih + 2 * h)
                         + read_if::<F>(weights, has_b_hh, b_hh + 2 * h);
                     let po = xw[xb + 3 * xw_gate]
-                        + acc[3 * rows + r]
+                        + pre[acc_i + 3 * h]
                         + read_if::<F>(weights, has_b_ih, b_ih + 3 * h)
                         + read_if::<F>(weights, has_b_hh, b_hh + 3 * h);
                     let ig = sigmoid::<F>(pi);
@@ -270,14 +365,14 @@ pub(crate) fn forward_step<F: Float>(
                     }
                 } else if comptime![mode == GRU] {
                     let pr = xw[xb]
-                        + acc[r]
+                        + pre[acc_i]
                         + read_if::<F>(weights, has_b_ih, b_ih)
                         + read_if::<F>(weights, has_b_hh, b_hh);
                     let pz = xw[xb + xw_gate]
-                        + acc[rows + r]
+                        + pre[acc_i + h]
                         + read_if::<F>(weights, has_b_ih, b_ih + h)
                         + read_if::<F>(weights, has_b_hh, b_hh + h);
-                    let hn = acc[2 * rows + r] + read_if::<F>(weights, has_b_hh, b_hh + 2 * h);
+                    let hn = pre[acc_i + 2 * h] + read_if::<F>(weights, has_b_hh, b_hh + 2 * h);
                     let rg = sigmoid::<F>(pr);
                     let zg = sigmoid::<F>(pz);
                     let ng = tanh_::<F>(
@@ -295,7 +390,7 @@ pub(crate) fn forward_step<F: Float>(
                     }
                 } else {
                     let a = xw[xb]
-                        + acc[r]
+                        + pre[acc_i]
                         + read_if::<F>(weights, has_b_ih, b_ih)
                         + read_if::<F>(weights, has_b_hh, b_hh);
                     if comptime![mode == RNN_TANH] {
@@ -307,7 +402,7 @@ pub(crate) fn forward_step<F: Float>(
                         gates[res_row] = hv_new;
                     }
                 }
-                if comptime![out_w == 0] {
+                if proj {
                     out[(d * batch + b) * h + j] = hv_new;
                 } else {
                     out[(d * batch + b) * p + j] = hv_new;
@@ -322,7 +417,7 @@ pub(crate) fn forward_step<F: Float>(
             } else {
                 // Past the end: hold the state, output zero (Note [Padding never leaks] in
                 // `crate::reference`); the reserve's rows are zero.
-                if comptime![out_w == 1] {
+                if !proj {
                     let kept = h_src[held];
                     out[(d * batch + b) * p + j] = kept;
                     y[row * y_w + d * p + j] = F::new(0.0);
@@ -344,9 +439,9 @@ pub(crate) fn forward_step<F: Float>(
     }
 }
 
-/// The LSTM projection of one forward step: `h' = m W_hr^T` for state unit `k` of `ROWS`
-/// sequences, then what [`forward_step`] does without projection: the select, `out`,
-/// `y` and `h_n`.
+/// The LSTM projection of one forward step: `h' = m W_hr^T` for `UNITS` state units of
+/// `ROWS` sequences, then what [`forward_step`] does without projection: the select,
+/// `out`, `y` and `h_n`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn project_step<F: Float>(
@@ -359,6 +454,7 @@ pub(crate) fn project_step<F: Float>(
     h_n: &mut Tensor<F>,
     scan: Scan,
     h_base: u32,
+    #[comptime] units: usize,
     #[comptime] rows: usize,
 ) {
     let h = scan.hidden as usize;
@@ -366,52 +462,57 @@ pub(crate) fn project_step<F: Float>(
     let batch = scan.batch as usize;
     let steps = scan.steps as usize;
     let nd = scan.dirs as usize;
-    let k = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
-    if k >= p {
+    if tile_column(0, units) >= p {
         terminate!();
     }
     let d = CUBE_POS_Z as usize;
     let b0 = CUBE_POS_Y as usize * rows;
     let s = scan.step as usize;
     let t = forward_time(s, d, steps);
-    let mut acc = Array::<F>::new(rows);
+    let mut acc = zeros::<F>(comptime![units * rows]);
     let mut m_rows = Array::<usize>::new(rows);
     #[unroll]
     for r in 0..rows {
-        acc[r] = F::new(0.0);
-        let mut b = b0 + r;
-        if b >= batch {
-            b = batch - 1;
-        }
-        m_rows[r] = (d * batch + b) * h;
+        m_rows[r] = (d * batch + clamped_sequence(r, batch, rows)) * h;
     }
-    let w_base = d * h * p + k;
-    for j in 0..h {
-        let wv = w_hr_t[w_base + j * p];
-        #[unroll]
-        for r in 0..rows {
-            acc[r] += m[m_rows[r] + j] * wv;
-        }
-    }
+    let cols = tile_columns(p, units);
+    tile_product::<F>(
+        m,
+        &m_rows,
+        w_hr_t,
+        d * h * p,
+        p,
+        0usize,
+        &cols,
+        h,
+        &mut acc,
+        1usize,
+        units,
+        rows,
+    );
     let last = s + 1 == steps;
     let layer_base = scan.layer_base as usize;
     let h_base = h_base as usize + d * batch * p;
     #[unroll]
-    for r in 0..rows {
-        let b = b0 + r;
-        if b < batch {
-            let valid = t < lengths[b] as usize;
-            let row = row_of(t, b, steps, batch, scan.batch_first);
-            let mut value = h_src[h_base + b * p + k];
-            let mut y_value = F::new(0.0);
-            if valid {
-                value = acc[r];
-                y_value = acc[r];
-            }
-            out[(d * batch + b) * p + k] = value;
-            y[row * nd * p + d * p + k] = y_value;
-            if last {
-                h_n[(layer_base + d) * batch * p + b * p + k] = value;
+    for u in 0..units {
+        #[unroll]
+        for r in 0..rows {
+            let b = b0 + r;
+            let k = tile_column(u, units);
+            if b < batch && k < p {
+                let valid = t < lengths[b] as usize;
+                let row = row_of(t, b, steps, batch, scan.batch_first);
+                let mut value = h_src[h_base + b * p + k];
+                let mut y_value = F::new(0.0);
+                if valid {
+                    value = acc[u * rows + r];
+                    y_value = value;
+                }
+                out[(d * batch + b) * p + k] = value;
+                y[row * nd * p + d * p + k] = y_value;
+                if last {
+                    h_n[(layer_base + d) * batch * p + b * p + k] = value;
+                }
             }
         }
     }
@@ -431,16 +532,16 @@ fn backward_time(s: usize, d: usize, steps: usize) -> usize {
 /// One step of the backward scan of one layer, both directions (Note [Backward step
 /// kernel] in `super`).
 ///
-/// First it finishes the previous step's recurrence: `dh += dG_prev · W_hh` for state
-/// unit `k` of `ROWS` sequences, at the rows that step was valid for. At `s = T` that is
-/// all it does (`dh` then holds `dh0`). Then, without projection (`PROJ` false, `P = H`),
-/// the cell backward of step `t` for hidden unit `k`: the gates' pre-activation gradients
-/// into `dg` (`[T·B, D·G·H]`; GRU's `R_n h + b_hn` gradient into `dn`, `[T·B, D·H]`), the
-/// carried `dc` in place, and what `dh` carries to the next step (GRU's `dh' ∘ z`, else
-/// zero). With projection it only writes the step's output gradient `dh'` into `dproj`
-/// (`[T·B, D·P]`), and [`backward_cell`] runs the cell.
+/// First it finishes the previous step's recurrence: `dh += dG_prev · W_hh` for `UNITS`
+/// state units of `ROWS` sequences, at the sequences that step was valid for. At `s = T`
+/// that is all it does (`dh` then holds `dh0`). Then, without projection (`PROJ` false,
+/// `P = H`), the cell backward of step `t`, one (unit, sequence) at a time: the gates'
+/// pre-activation gradients into `dg` (`[T·B, D·G·H]`; GRU's `R_n h + b_hn` gradient into
+/// `dn`, `[T·B, D·H]`), the carried `dc` in place, and what `dh` carries to the next step
+/// (GRU's `dh' ∘ z`, else zero). With projection it only writes the step's output
+/// gradient `dh'` into `dproj` (`[T·B, D·P]`), and [`backward_cell`] runs the cell.
 #[cube(launch)]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::collapsible_if)]
 pub(crate) fn backward_step<F: Float>(
     weights: &Tensor<F>,
     lengths: &Tensor<u32>,
@@ -455,6 +556,7 @@ pub(crate) fn backward_step<F: Float>(
     scan: Scan,
     rec: Recurrent,
     #[comptime] mode: u32,
+    #[comptime] units: usize,
     #[comptime] rows: usize,
     #[comptime] proj: bool,
 ) {
@@ -464,8 +566,7 @@ pub(crate) fn backward_step<F: Float>(
     let batch = scan.batch as usize;
     let steps = scan.steps as usize;
     let nd = scan.dirs as usize;
-    let k = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
-    if k >= p {
+    if tile_column(0, units) >= p {
         terminate!();
     }
     let d = CUBE_POS_Z as usize;
@@ -473,52 +574,64 @@ pub(crate) fn backward_step<F: Float>(
     let s = scan.step as usize;
     let gh = h * n_gates;
     let dg_w = nd * gh;
-    let carry_base = (scan.layer_base as usize + d) * batch * p + k;
+    let carry_base = (scan.layer_base as usize + d) * batch * p;
 
     if s > 0 {
-        // dh += dG_prev W_hh at the rows the previous step was valid for.
+        // dh += dG_prev W_hh at the sequences the previous step was valid for.
         let tp = backward_time(s - 1, d, steps);
-        let mut w_hh = rec.w_hh0 as usize + k;
+        let mut w_hh = rec.w_hh0 as usize;
         if d == 1 {
-            w_hh = rec.w_hh1 as usize + k;
+            w_hh = rec.w_hh1 as usize;
         }
-        let mut acc = Array::<F>::new(rows);
+        let mut acc = zeros::<F>(comptime![units * rows]);
         let mut g_rows = Array::<usize>::new(rows);
         let mut n_rows = Array::<usize>::new(rows);
         #[unroll]
         for r in 0..rows {
-            acc[r] = F::new(0.0);
-            let mut b = b0 + r;
-            if b >= batch {
-                b = batch - 1;
-            }
-            let row = row_of(tp, b, steps, batch, scan.batch_first);
+            let row = row_of(
+                tp,
+                clamped_sequence(r, batch, rows),
+                steps,
+                batch,
+                scan.batch_first,
+            );
             g_rows[r] = row * dg_w + d * gh;
             n_rows[r] = row * nd * h + d * h;
         }
+        let cols = tile_columns(p, units);
         // GRU: the n block of the recurrent operand is dn (the gradient of R_n h + b_hn).
         let direct = comptime![if mode == GRU { 2 } else { n_gates }] * h;
-        for i in 0..direct {
-            let wv = weights[w_hh + i * p];
-            #[unroll]
-            for r in 0..rows {
-                acc[r] += dg[g_rows[r] + i] * wv;
-            }
-        }
+        tile_product::<F>(
+            dg, &g_rows, weights, w_hh, p, 0usize, &cols, direct, &mut acc, 1usize, units, rows,
+        );
         if comptime![mode == GRU] {
-            for i in 0..h {
-                let wv = weights[w_hh + (2 * h + i) * p];
-                #[unroll]
-                for r in 0..rows {
-                    acc[r] += dn[n_rows[r] + i] * wv;
-                }
-            }
+            tile_product::<F>(
+                dn,
+                &n_rows,
+                weights,
+                w_hh + 2 * h * p,
+                p,
+                0usize,
+                &cols,
+                h,
+                &mut acc,
+                1usize,
+                units,
+                rows,
+            );
         }
         #[unroll]
-        for r in 0..rows {
-            let b = b0 + r;
-            if b < batch && tp < lengths[b] as usize {
-                dh[carry_base + b * p] += acc[r];
+        for u in 0..units {
+            #[unroll]
+            for r in 0..rows {
+                let b = b0 + r;
+                let k = tile_column(u, units);
+                // Nested: `lengths[b]` is read only for a sequence that exists.
+                if b < batch && k < p {
+                    if tp < lengths[b] as usize {
+                        dh[carry_base + b * p + k] += acc[u * rows + r];
+                    }
+                }
             }
         }
     }
@@ -529,15 +642,16 @@ pub(crate) fn backward_step<F: Float>(
     let t = backward_time(s, d, steps);
     let blocks = comptime![gate_row_blocks(mode)];
     let width = blocks * h;
-    #[unroll]
-    for r in 0..rows {
-        let b = b0 + r;
-        if b < batch {
+    // The step, one (unit, sequence) of the tile at a time.
+    for i in 0..units * rows {
+        let k = tile_column(i / rows, units);
+        let b = b0 + i % rows;
+        if k < p && b < batch {
             let valid = t < lengths[b] as usize;
             let row = row_of(t, b, steps, batch, scan.batch_first);
-            let ci = carry_base + b * p;
+            let ci = carry_base + b * p + k;
             let dy_i = row * nd * p + d * p + k;
-            if comptime![proj] {
+            if proj {
                 let mut v = F::new(0.0);
                 if valid {
                     v = dy[dy_i] + dh[ci];
@@ -551,7 +665,7 @@ pub(crate) fn backward_step<F: Float>(
                     let dht = dy[dy_i] + dh[ci];
                     if comptime![mode == LSTM] {
                         let dci = (scan.layer_base as usize + d) * batch * h + b * h + k;
-                        lstm_cell_backward(gates, res, h, dht, dc, dci, dg, gi);
+                        let _m = lstm_cell_backward::<F>(gates, res, h, dht, dc, dci, dg, gi);
                         dh[ci] = F::new(0.0);
                     } else if comptime![mode == GRU] {
                         let rg = gates[res];
@@ -628,8 +742,9 @@ fn lstm_cell_backward<F: Float>(
 }
 
 /// The LSTM cell's backward of one step after a projection, both directions: `dm = dh'
-/// W_hr` for hidden unit `j` of `ROWS` sequences, then the cell backward; `m = o ∘
-/// tanh(c')` goes to `m_out` (`[T·B, D·H]`, zero at padded rows) for `dW_hr`.
+/// W_hr` for `UNITS` hidden units of `ROWS` sequences (staged in `m_out`), then the cell
+/// backward, one (unit, sequence) at a time; `m = o ∘ tanh(c')` then replaces `dm` in
+/// `m_out` (`[T·B, D·H]`, zero at padded rows) for `dW_hr`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn backward_cell<F: Float>(
@@ -642,6 +757,7 @@ pub(crate) fn backward_cell<F: Float>(
     m_out: &mut Tensor<F>,
     scan: Scan,
     rec: Recurrent,
+    #[comptime] units: usize,
     #[comptime] rows: usize,
 ) {
     let h = scan.hidden as usize;
@@ -649,47 +765,52 @@ pub(crate) fn backward_cell<F: Float>(
     let batch = scan.batch as usize;
     let steps = scan.steps as usize;
     let nd = scan.dirs as usize;
-    let j = (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X) as usize;
-    if j >= h {
+    if tile_column(0, units) >= h {
         terminate!();
     }
     let d = CUBE_POS_Z as usize;
     let b0 = CUBE_POS_Y as usize * rows;
     let t = backward_time(scan.step as usize, d, steps);
-    let mut w_hr = rec.w_hr0 as usize + j;
+    let mut w_hr = rec.w_hr0 as usize;
     if d == 1 {
-        w_hr = rec.w_hr1 as usize + j;
+        w_hr = rec.w_hr1 as usize;
     }
-    let mut acc = Array::<F>::new(rows);
+    let mut acc = zeros::<F>(comptime![units * rows]);
     let mut p_rows = Array::<usize>::new(rows);
     #[unroll]
     for r in 0..rows {
-        acc[r] = F::new(0.0);
-        let mut b = b0 + r;
-        if b >= batch {
-            b = batch - 1;
-        }
+        let b = clamped_sequence(r, batch, rows);
         p_rows[r] = row_of(t, b, steps, batch, scan.batch_first) * nd * p + d * p;
     }
-    for k in 0..p {
-        let wv = weights[w_hr + k * h];
+    let cols = tile_columns(h, units);
+    tile_product::<F>(
+        dproj, &p_rows, weights, w_hr, h, 0usize, &cols, p, &mut acc, 1usize, units, rows,
+    );
+    #[unroll]
+    for u in 0..units {
         #[unroll]
         for r in 0..rows {
-            acc[r] += dproj[p_rows[r] + k] * wv;
+            let b = b0 + r;
+            let j = tile_column(u, units);
+            if b < batch && j < h {
+                let row = row_of(t, b, steps, batch, scan.batch_first);
+                m_out[row * nd * h + d * h + j] = acc[u * rows + r];
+            }
         }
     }
     let gh = 4 * h;
-    #[unroll]
-    for r in 0..rows {
-        let b = b0 + r;
-        if b < batch {
+    for i in 0..units * rows {
+        let j = tile_column(i / rows, units);
+        let b = b0 + i % rows;
+        if j < h && b < batch {
             let row = row_of(t, b, steps, batch, scan.batch_first);
             let gi = row * nd * gh + d * gh + j;
             let mi = row * nd * h + d * h + j;
             if t < lengths[b] as usize {
                 let res = (d * steps * batch + row) * 5 * h + j;
                 let dci = (scan.layer_base as usize + d) * batch * h + b * h + j;
-                m_out[mi] = lstm_cell_backward(gates, res, h, acc[r], dc, dci, dg, gi);
+                let dm = m_out[mi];
+                m_out[mi] = lstm_cell_backward::<F>(gates, res, h, dm, dc, dci, dg, gi);
             } else {
                 #[unroll]
                 for g in 0..4 {

@@ -27,11 +27,61 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> CubeOps
     type Runtime = R;
 }
 
-/// Units of a cube along `x` (hidden or state units).
-pub(crate) const CUBE_UNITS: u32 = 64;
+/// The tile of one unit of a step kernel, and the units of a cube (Note [Step kernel] in
+/// `super`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tiles {
+    /// Columns (hidden or state units) per unit.
+    pub(crate) units: usize,
+    /// Sequences per unit.
+    pub(crate) rows: usize,
+    /// Units per cube, along `x`.
+    pub(crate) cube: u32,
+}
 
-/// Sequences each unit handles (Note [Step kernel] in `super`).
-pub(crate) const ROWS: usize = 4;
+impl Tiles {
+    /// The tiles of a kernel whose product has `gates` column blocks, on a device whose
+    /// planes have at most `plane_size` lanes, for `batch` sequences.
+    ///
+    /// A CPU driver (lavapipe: planes of at most 16 lanes) loads every non-uniform value
+    /// lane by lane, so wide tiles along units (4) pay off there; a GPU coalesces the
+    /// weight loads of neighbouring units and gains more from reading each weight for more
+    /// sequences. `BURN_FUSED_RNN_CUBE_TILES=units,rows,cube` overrides the choice (for
+    /// tuning on a new device).
+    pub(crate) fn choose(gates: usize, plane_size: u32, batch: usize) -> Self {
+        let chosen = if let Some(t) = Self::from_env() {
+            t
+        } else if plane_size < 32 {
+            Tiles {
+                units: 4,
+                rows: if gates >= 3 { 4 } else { 8 },
+                cube: 32,
+            }
+        } else {
+            Tiles {
+                units: 1,
+                rows: 8,
+                cube: 64,
+            }
+        };
+        // Rows past the batch only repeat the last sequence's work.
+        Tiles {
+            rows: chosen.rows.min(batch.next_power_of_two()),
+            ..chosen
+        }
+    }
+
+    fn from_env() -> Option<Self> {
+        let v = std::env::var("BURN_FUSED_RNN_CUBE_TILES").ok()?;
+        let mut it = v.split(',').map(|s| s.trim().parse::<usize>().ok());
+        let (units, rows, cube) = (it.next()??, it.next()??, it.next()??);
+        (units > 0 && rows > 0 && cube > 0).then_some(Tiles {
+            units,
+            rows,
+            cube: cube as u32,
+        })
+    }
+}
 
 /// Sizes of one call.
 #[derive(Debug)]
@@ -108,13 +158,20 @@ impl<'d> Plan<'d> {
         Some((first, second))
     }
 
-    /// The launch of a step kernel over `units` units of every sequence and direction.
-    pub(crate) fn step_launch(&self, units: usize) -> (CubeCount, CubeDim) {
-        let x = (units as u32).div_ceil(CUBE_UNITS);
-        let y = self.b.div_ceil(ROWS) as u32;
+    /// The tiles of a step kernel whose product has `gates` column blocks.
+    pub(crate) fn tiles<R: CubeRuntime>(&self, like: &CubeTensor<R>, gates: usize) -> Tiles {
+        let plane = like.client.properties().hardware.plane_size_max;
+        Tiles::choose(gates, plane, self.b)
+    }
+
+    /// The launch of a step kernel with `tiles` over `units` columns of every sequence and
+    /// direction.
+    pub(crate) fn step_launch(&self, tiles: Tiles, units: usize) -> (CubeCount, CubeDim) {
+        let x = units.div_ceil(tiles.cube as usize * tiles.units) as u32;
+        let y = self.b.div_ceil(tiles.rows) as u32;
         (
             CubeCount::Static(x, y, self.nd as u32),
-            CubeDim::new_1d(CUBE_UNITS),
+            CubeDim::new_1d(tiles.cube),
         )
     }
 
