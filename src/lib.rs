@@ -7,6 +7,8 @@
 //!   rayon's pool and one fused, vectorised element-wise pass per step (see the README's
 //!   "Design" section).
 //! - On CUDA it runs cuDNN (feature `cuda`).
+//! - On Wgpu it runs fused CubeCL kernels (`cube`, feature `wgpu`): one launch per step
+//!   for both directions of a layer.
 //! - Every other backend runs the reference implementation written with Burn tensor ops
 //!   ([`mod@reference`]), which is also the oracle the others are tested against.
 //! - Weights live in [`FusedRnn`], whose record holds the canonical tensors (PyTorch

@@ -47,22 +47,36 @@
 //!
 //! # Note [Step kernel]
 //!
-//! A unit of the forward step kernel owns hidden unit `j` of `ROWS` sequences (4) in one
-//! direction: it accumulates the recurrent products of all `G` gates of `j` in registers
-//! (`G · ROWS` accumulators; each weight it loads serves `ROWS` sequences, and the
-//! recurrent weights are transposed once per call to `[D, P, G·H]` so that neighbouring
-//! units read neighbouring weights), then, on the spot, adds the input projection and the
-//! biases, applies the activations (`σ` and `tanh` through one `exp`, saturating without
-//! NaN), updates the cell state in place, and writes the new state, `y_t` (zero past a
-//! sequence's length, where the state is held instead) and, when training, the reserve's
-//! rows. The state ping-pongs between two buffers (every unit of a step reads all of the
-//! previous state). Cubes tile units along `x` (64 per cube), sequences along `y`,
-//! directions along `z`: both directions of a layer advance in the same launch, forward
-//! at `t = s`, reverse at `t = T - 1 - s`.
+//! A unit of the forward step kernel owns a tile of `UNITS` hidden units × `ROWS`
+//! sequences in one direction, for all `G` gates: it accumulates the tile's recurrent
+//! products `h_{t-1} · W_hh^T` in `G · UNITS · ROWS` registers, each loaded weight serving
+//! `ROWS` sequences and each loaded state value `G · UNITS` products. The recurrent
+//! weights are transposed once per call to `[D, P, G·H]` and the tiles of a cube's units
+//! interleave (column `u` of unit `i` is `(cube · UNITS + u) · CUBE + i`), so neighbouring
+//! units read neighbouring weights. The unit then stages its products in a scratch buffer
+//! (its own tile only) and runs the cell one (unit, sequence) at a time, in a loop rather
+//! than unrolled, so that the shader holds the cell's code once: input projection and
+//! biases, activations (`σ` and `tanh` through one `exp`, saturating without NaN), the
+//! cell state updated in place, the new state, `y_t` (zero past a sequence's length,
+//! where the state is held instead) and, when training, the reserve's rows. The state
+//! ping-pongs between two buffers (every unit of a step reads all of the previous state).
+//! Cubes tile units along `x`, sequences along `y`, directions along `z`: both directions
+//! of a layer advance in the same launch, forward at `t = s`, reverse at `t = T - 1 - s`.
 //!
 //! With an LSTM projection the cell's output `m = o ∘ tanh(c')` goes to a scratch buffer
 //! and a second launch computes `h' = m W_hr^T` for a tile of state units and does the
 //! select and the writes.
+//!
+//! The tile depends on the device (`plan::Tiles`): on a CPU Vulkan driver such as
+//! lavapipe, where every load whose address differs between lanes costs one load per
+//! lane, 4 units × 4 sequences (8 for one-gate products) in cubes of 32 units (measured
+//! there: about twice as fast as 1 × 4); on GPUs, 1 unit × 8 sequences in cubes of 64
+//! units, so that neighbouring units' weight loads coalesce (chosen, not measured: no GPU
+//! was at hand). `BURN_FUSED_RNN_CUBE_TILES=units,rows,cube` overrides the choice, for
+//! tuning on a new device. The product loops read with `read_unchecked`: their indices
+//! are in bounds by construction (rows and columns are clamped to the buffers' sizes
+//! before the loop), and there cubecl's per-access bounds check costs more than the
+//! arithmetic; every other access is checked.
 //!
 //! # Note [Backward step kernel]
 //!

@@ -43,19 +43,25 @@ impl Tiles {
     /// The tiles of a kernel whose product has `gates` column blocks, on a device whose
     /// planes have at most `plane_size` lanes, for `batch` sequences.
     ///
-    /// A CPU driver (lavapipe: planes of at most 16 lanes) loads every non-uniform value
-    /// lane by lane, so wide tiles along units (4) pay off there; a GPU coalesces the
-    /// weight loads of neighbouring units and gains more from reading each weight for more
-    /// sequences. `BURN_FUSED_RNN_CUBE_TILES=units,rows,cube` overrides the choice (for
-    /// tuning on a new device).
+    /// A CPU driver (lavapipe: planes of at most 16 lanes) loads every value whose address
+    /// differs between lanes one lane at a time, and a tile of `U` columns × `R` sequences
+    /// does `G·U·R` products per `G·U + R` such loads: there, 4 × 8 tiles for gated
+    /// products (LSTM, GRU) and 8 × 8 for one-gate products (measured on lavapipe, H256
+    /// B32: about twice as fast as 1 × 4 tiles; 8 × 8 gated tiles gain another ~20% but
+    /// take several times longer to compile). A GPU coalesces the weight loads of
+    /// neighbouring units, and gains more from reading each weight for more sequences: 1 ×
+    /// 8 tiles in cubes of 64 units (chosen, not measured: no GPU was at hand).
+    /// `BURN_FUSED_RNN_CUBE_TILES=units,rows,cube` overrides the choice (for tuning on a
+    /// new device).
     pub(crate) fn choose(gates: usize, plane_size: u32, batch: usize) -> Self {
         let chosen = if let Some(t) = Self::from_env() {
             t
         } else if plane_size < 32 {
+            let units = if gates > 1 { 4 } else { 8 };
             Tiles {
-                units: 4,
-                rows: if gates >= 3 { 4 } else { 8 },
-                cube: 32,
+                units,
+                rows: 8,
+                cube: if units == 8 { 16 } else { 32 },
             }
         } else {
             Tiles {
