@@ -97,7 +97,8 @@ fn scan<R: CubeRuntime>(
     let (w_hh0, w_hh1) = offsets(ParamKind::WeightHh);
     let (w_hr0, w_hr1) = offsets(ParamKind::WeightHr);
     let recurrent = || RecurrentLaunch::new(w_hh0, w_hh1, w_hr0, w_hr1);
-    let tiles = plan.tiles(w, 1);
+    let tiles = plan.tiles(w, 1, p);
+    let cell_tiles = plan.tiles(w, 1, h);
     let (count, dim) = plan.step_launch(tiles, p);
     let client = &w.client;
     for s in 0..=plan.t {
@@ -123,7 +124,7 @@ fn scan<R: CubeRuntime>(
             proj,
         );
         if proj && s < plan.t {
-            let (count, dim) = plan.step_launch(tiles, h);
+            let (count, dim) = plan.step_launch(cell_tiles, h);
             kernel::backward_cell::launch::<f32, R>(
                 client,
                 count,
@@ -137,8 +138,8 @@ fn scan<R: CubeRuntime>(
                 grads.m.clone().into_tensor_arg(),
                 plan.scan(layer, s),
                 recurrent(),
-                tiles.units,
-                tiles.rows,
+                cell_tiles.units,
+                cell_tiles.rows,
             );
         }
     }

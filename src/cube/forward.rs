@@ -150,8 +150,8 @@ pub(crate) fn forward<B: CubeOps>(
         };
         let b_ih = plan.offsets(layer, ParamKind::BiasIh);
         let b_hh = plan.offsets(layer, ParamKind::BiasHh);
-        let step_tiles = plan.tiles(x, plan.g);
-        let proj_tiles = plan.tiles(x, 1);
+        let step_tiles = plan.tiles(x, plan.g, h);
+        let proj_tiles = plan.tiles(x, 1, p);
         let (count, dim) = plan.step_launch(step_tiles, h);
         let client = &x.client;
         for s in 0..t_len {

@@ -72,8 +72,10 @@
 //! lane, 4 units × 4 sequences (8 for one-gate products) in cubes of 32 units (measured
 //! there: about twice as fast as 1 × 4); on GPUs, 1 unit × 8 sequences in cubes of 64
 //! units, so that neighbouring units' weight loads coalesce (chosen, not measured: no GPU
-//! was at hand). `BURN_FUSED_RNN_CUBE_TILES=units,rows,cube` overrides the choice, for
-//! tuning on a new device. The product loops read with `read_unchecked`: their indices
+//! was at hand). Small problems get smaller tiles (a tile past the problem repeats work,
+//! and a bigger tile is a bigger shader to compile: lavapipe takes seconds per variant).
+//! `BURN_FUSED_RNN_CUBE_TILES=units,rows,cube` overrides the choice, for tuning on a new
+//! device. The product loops read with `read_unchecked`: their indices
 //! are in bounds by construction (rows and columns are clamped to the buffers' sizes
 //! before the loop), and there cubecl's per-access bounds check costs more than the
 //! arithmetic; every other access is checked.

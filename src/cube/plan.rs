@@ -40,8 +40,8 @@ pub(crate) struct Tiles {
 }
 
 impl Tiles {
-    /// The tiles of a kernel whose product has `gates` column blocks, on a device whose
-    /// planes have at most `plane_size` lanes, for `batch` sequences.
+    /// The tiles of a kernel whose product has `gates` column blocks of `columns` columns,
+    /// on a device whose planes have at most `plane_size` lanes, for `batch` sequences.
     ///
     /// A CPU driver (lavapipe: planes of at most 16 lanes) loads every value whose address
     /// differs between lanes one lane at a time, and a tile of `U` columns × `R` sequences
@@ -53,10 +53,11 @@ impl Tiles {
     /// 8 tiles in cubes of 64 units (chosen, not measured: no GPU was at hand).
     /// `BURN_FUSED_RNN_CUBE_TILES=units,rows,cube` overrides the choice (for tuning on a
     /// new device).
-    pub(crate) fn choose(gates: usize, plane_size: u32, batch: usize) -> Self {
-        let chosen = if let Some(t) = Self::from_env() {
-            t
-        } else if plane_size < 32 {
+    pub(crate) fn choose(gates: usize, plane_size: u32, batch: usize, columns: usize) -> Self {
+        if let Some(tiles) = Self::from_env() {
+            return tiles;
+        }
+        let chosen = if plane_size < 32 {
             let units = if gates > 1 { 4 } else { 8 };
             Tiles {
                 units,
@@ -70,10 +71,13 @@ impl Tiles {
                 cube: 64,
             }
         };
-        // Rows past the batch only repeat the last sequence's work.
+        // A tile past the problem only repeats work (rows and columns are clamped), and a
+        // bigger tile is a bigger shader to compile: small problems get small tiles.
+        let needed = columns.div_ceil(chosen.cube as usize).next_power_of_two();
         Tiles {
+            units: chosen.units.min(needed),
             rows: chosen.rows.min(batch.next_power_of_two()),
-            ..chosen
+            cube: chosen.cube,
         }
     }
 
@@ -164,10 +168,15 @@ impl<'d> Plan<'d> {
         Some((first, second))
     }
 
-    /// The tiles of a step kernel whose product has `gates` column blocks.
-    pub(crate) fn tiles<R: CubeRuntime>(&self, like: &CubeTensor<R>, gates: usize) -> Tiles {
+    /// The tiles of a step kernel whose product has `gates` column blocks of `columns`.
+    pub(crate) fn tiles<R: CubeRuntime>(
+        &self,
+        like: &CubeTensor<R>,
+        gates: usize,
+        columns: usize,
+    ) -> Tiles {
         let plane = like.client.properties().hardware.plane_size_max;
-        Tiles::choose(gates, plane, self.b)
+        Tiles::choose(gates, plane, self.b, columns)
     }
 
     /// The launch of a step kernel with `tiles` over `units` columns of every sequence and
