@@ -16,7 +16,7 @@ use crate::layout::ParamKind;
 
 /// The inputs of one call, packed `F32` on the device.
 pub(crate) struct Inputs<R: CubeRuntime> {
-    /// `[T·B, I]` rows (Note [Rows] in `super`).
+    /// `[T·B, I]` rows (Note [Cube rows] in `super`).
     pub(crate) x: CubeTensor<R>,
     /// `[L·D, B, P]`.
     pub(crate) h0: Option<CubeTensor<R>>,

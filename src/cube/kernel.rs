@@ -1,16 +1,17 @@
 //! The CubeCL kernels: one step of the forward scan, the LSTM projection of a step, one
-//! step of the backward scan, the LSTM cell's backward after the projection's, and a
-//! gather of weight blocks.
+//! step of the backward scan, the LSTM cell's backward after the projection's, a gather
+//! of weight blocks and a copy that zeroes padded rows.
 //!
-//! Every buffer is a contiguous, row-major `f32`/`F` array indexed by hand (the host
-//! makes each one contiguous first, Note [Buffers] in `super`). One unit handles one
-//! hidden (or state) unit `j` of `ROWS` sequences, for every gate: it accumulates its
-//! gates' recurrent products in registers, then runs the cell update of those sequences
-//! on the spot (Note [Step kernel] in `super`).
+//! Every buffer is a contiguous, row-major `F` array indexed by hand (the host makes each
+//! one contiguous first, Note [Cube buffers] in `super`). A unit of a step kernel owns a
+//! tile of `UNITS` columns (hidden or state units) × `ROWS` sequences, for every gate: it
+//! accumulates the tile's products in registers, then runs the cell update of those
+//! (unit, sequence) pairs on the spot (Note [Step kernel] in `super`).
 //!
-//! Grid: `x` covers the units (`CUBE_DIM_X` per cube), `y` the sequences (`ROWS` per
-//! cube), `z` the directions: both directions of a layer run in one launch, direction 0
-//! at step `t = s`, direction 1 at `t = T - 1 - s` (and the reverse in the backward).
+//! Grid: `x` covers the columns (`CUBE_DIM_X · UNITS` per cube), `y` the sequences
+//! (`ROWS` per cube), `z` the directions: both directions of a layer run in one launch,
+//! direction 0 at step `t = s`, direction 1 at `t = T - 1 - s` (and the reverse in the
+//! backward).
 
 use cubecl::prelude::*;
 
@@ -47,7 +48,7 @@ pub(crate) struct Scan {
     pub hidden: u32,
     pub state: u32,
     pub dirs: u32,
-    /// 1 when rows are `b·T + t`, 0 when `t·B + b` (Note [Rows] in `super`).
+    /// 1 when rows are `b·T + t`, 0 when `t·B + b` (Note [Cube rows] in `super`).
     pub batch_first: u32,
     /// The step's position `s` in the scan (`0..T`; the backward's `T` finishes it).
     pub step: u32,
@@ -108,7 +109,7 @@ fn read_if<F: Float>(t: &Tensor<F>, present: bool, index: usize) -> F {
     v
 }
 
-/// The row of step `t` of sequence `b` (Note [Rows] in `super`).
+/// The row of step `t` of sequence `b` (Note [Cube rows] in `super`).
 #[cube]
 fn row_of(t: usize, b: usize, steps: usize, batch: usize, batch_first: u32) -> usize {
     let mut row = t * batch + b;
@@ -180,7 +181,7 @@ fn tile_product<F: Float>(
     }
 }
 
-/// `ROWS` zeros.
+/// `n` zeros (a tile's accumulators).
 #[cube]
 fn zeros<F: Float>(#[comptime] n: usize) -> Array<F> {
     let mut acc = Array::<F>::new(n);

@@ -29,14 +29,14 @@
 //! [`kernel_calls`] counts the calls that ran these kernels; [`set_enabled`] switches
 //! them off (the reference then runs), for comparisons and benchmarks.
 //!
-//! # Note [Rows]
+//! # Note [Cube rows]
 //!
 //! Sequence tensors (`x`, `y`, a layer's output, the reserve's rows, the gradients) are
 //! matrices of `T·B` rows in the caller's layout, never transposed: row `b·T + t` for
 //! batch-first calls, `t·B + b` otherwise. The matmuls over all steps do not care about
 //! the order of rows; the kernels compute the row of `(t, b)` themselves.
 //!
-//! # Note [Buffers]
+//! # Note [Cube buffers]
 //!
 //! The kernels index every buffer by hand as a packed, row-major `F32` array: inputs are
 //! cast and made contiguous (`into_contiguous`, which also removes the row pitch some
@@ -107,15 +107,15 @@
 //!
 //! Padded rows are zero. Nothing else is kept: `tanh(c')` is recomputed from the gates,
 //! dropout masks from the seed. The tensors are 2-D, so a backward tells this reserve from
-//! the reference's (3-D tensors) and cuDNN's (one 1-D buffer) by its shapes
-//! ([`owns_reserve`]).
+//! the reference's (3-D tensors) and cuDNN's (one 1-D buffer) by its shapes.
 //!
 //! # Note [Cube fallback]
 //!
 //! The reference runs instead of the kernels when [`set_enabled`] is off, for `F64`
-//! inputs (no runtime Burn supports has an F64 matmul, module docs of `crate::cudnn`), and
-//! when a buffer would hold more than 2^31 elements (the kernels take 32-bit sizes and
-//! offsets). The backward follows the reserve it is given ([`owns_reserve`]).
+//! inputs (the kernels compute in F32, which would lose the precision F64 was asked for),
+//! and when a buffer would hold more than 2^31 elements (the kernels take 32-bit sizes and
+//! offsets). A backward follows the reserve it is given: the kernels' own (2-D tensors,
+//! Note [Cube reserve]) runs the kernels, any other the reference.
 
 mod backward;
 mod forward;

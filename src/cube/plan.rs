@@ -54,9 +54,11 @@ impl Tiles {
     /// `BURN_FUSED_RNN_CUBE_TILES=units,rows,cube` overrides the choice (for tuning on a
     /// new device).
     pub(crate) fn choose(gates: usize, plane_size: u32, batch: usize, columns: usize) -> Self {
-        if let Some(tiles) = Self::from_env() {
-            return tiles;
-        }
+        Self::from_env().unwrap_or_else(|| Self::for_device(gates, plane_size, batch, columns))
+    }
+
+    /// [`Tiles::choose`] without the override.
+    fn for_device(gates: usize, plane_size: u32, batch: usize, columns: usize) -> Self {
         let chosen = if plane_size < 32 {
             let units = if gates > 1 { 4 } else { 8 };
             Tiles {
@@ -136,7 +138,7 @@ impl<'d> Plan<'d> {
         }
     }
 
-    /// `T · B`, the rows of a sequence tensor (Note [Rows] in `super`).
+    /// `T · B`, the rows of a sequence tensor (Note [Cube rows] in `super`).
     pub(crate) fn rows(&self) -> usize {
         self.t * self.b
     }
@@ -204,7 +206,7 @@ impl<'d> Plan<'d> {
         )
     }
 
-    /// `(t, b)` of a row (Note [Rows] in `super`).
+    /// `(t, b)` of a row (Note [Cube rows] in `super`).
     pub(crate) fn row_step(&self, row: usize) -> (usize, usize) {
         if self.desc.batch_first {
             (row % self.t, row / self.t)
@@ -430,4 +432,57 @@ pub(crate) fn reserve_shapes(desc: &RnnDescriptor) -> Vec<[usize; 2]> {
         shapes.push([plan.nd * rows, plan.p]);
     }
     shapes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DropoutSpec, FusedRnnConfig, RnnMode};
+
+    fn tiles(units: usize, rows: usize, cube: u32) -> Tiles {
+        Tiles { units, rows, cube }
+    }
+
+    /// Wide tiles on a CPU driver, tall ones on GPUs, never wider than the problem.
+    #[test]
+    fn tiles_follow_the_device_and_the_problem() {
+        // lavapipe (planes of 8 lanes), H256 B32: gated and one-gate products.
+        assert_eq!(Tiles::for_device(4, 8, 32, 256), tiles(4, 8, 32));
+        assert_eq!(Tiles::for_device(1, 8, 32, 256), tiles(8, 8, 16));
+        // A GPU (planes of 32 lanes).
+        assert_eq!(Tiles::for_device(4, 32, 128, 1024), tiles(1, 8, 64));
+        // Small problems: no more rows than the batch needs, no more columns per unit.
+        assert_eq!(Tiles::for_device(4, 8, 3, 4), tiles(1, 4, 32));
+        assert_eq!(Tiles::for_device(1, 8, 1, 64), tiles(4, 1, 16));
+        assert_eq!(Tiles::for_device(1, 32, 2, 4), tiles(1, 2, 64));
+    }
+
+    /// The reserve of Note [Cube reserve], from the descriptor alone.
+    #[test]
+    fn reserve_shapes_follow_the_note() {
+        let spec = FusedRnnConfig::new(RnnMode::Lstm, 3, 5)
+            .with_num_layers(2)
+            .with_bidirectional(true)
+            .with_proj_size(Some(2))
+            .spec();
+        let desc = RnnDescriptor::new(spec, 7, 3, true, None, DropoutSpec::NONE);
+        // T·B = 21 rows, D = 2, W = 5H = 25, P = 2.
+        assert_eq!(
+            reserve_shapes(&desc),
+            vec![[42, 25], [42, 2], [21, 4], [42, 25], [42, 2]]
+        );
+        let gru = FusedRnnConfig::new(RnnMode::Gru, 3, 5).spec();
+        let desc = RnnDescriptor::new(gru, 4, 2, false, None, DropoutSpec::NONE);
+        assert_eq!(reserve_shapes(&desc), vec![[8, 20], [8, 5]]);
+    }
+
+    /// Sizes past 32-bit indexing go to the reference (Note [Cube fallback]).
+    #[test]
+    fn sizes_past_32_bit_indices_do_not_fit() {
+        let spec = FusedRnnConfig::new(RnnMode::Lstm, 1024, 1024).spec();
+        let small = RnnDescriptor::new(spec, 100, 128, true, None, DropoutSpec::NONE);
+        assert!(fits(&small));
+        let huge = RnnDescriptor::new(spec, 100_000, 1024, true, None, DropoutSpec::NONE);
+        assert!(!fits(&huge));
+    }
 }
