@@ -117,6 +117,10 @@
 //! offsets). A backward follows the reserve it is given: the kernels' own (2-D tensors,
 //! Note [Cube reserve]) runs the kernels, any other the reference.
 
+// With `cuda` alone, the entry points below serve the CUDA backend's fallback to the
+// reference (Note [cuDNN fallback] in `crate::cudnn`) once it calls them.
+#![cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+
 mod backward;
 mod forward;
 mod kernel;
