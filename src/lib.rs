@@ -81,6 +81,13 @@ pub use module::{
 };
 pub use ops::{fused_rnn, reserve_bytes, FusedRnnOutput};
 
+/// The SIMD level of the native CPU kernel (NdArray, Flex): detected, set for a process by
+/// `BURN_FUSED_RNN_SIMD`, or forced on a thread with [`with_simd_level`] (Note [SIMD
+/// levels] in the kernel's `simd` module).
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "ndarray", feature = "flex"))))]
+pub use cpu::simd::{with_simd_level, SimdLevel};
+
 /// Burn's Wgpu backend without fusion: the reference path, on the GPU (or on the CPU
 /// through a Vulkan driver such as lavapipe). `burn::backend::Wgpu` with Burn's default
 /// features is `Fusion<..>` of this, implemented in [`fusion`].

@@ -33,6 +33,7 @@
 
 use core::ops::Range;
 
+use super::simd::SimdLevel;
 use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
 use crate::layout::{ParamKind, RnnLayout};
@@ -57,9 +58,8 @@ pub(crate) struct Plan<'d> {
     pub(crate) padded: bool,
     /// Threads of rayon's pool this call may use.
     pub(crate) threads: usize,
-    /// Inference projects the input this many bytes of projections at a time (at least
-    /// one step): small enough that a step finds its projection in cache.
-    pub(crate) block_bytes: usize,
+    /// The SIMD level of every loop of the call (Note [SIMD levels] in `super::simd`).
+    pub(crate) level: SimdLevel,
 }
 
 impl<'d> Plan<'d> {
@@ -81,7 +81,7 @@ impl<'d> Plan<'d> {
             padded: lengths.iter().any(|&len| len < desc.seq_length),
             lengths,
             threads: rayon::current_num_threads().max(1),
-            block_bytes: 1 << 20,
+            level: SimdLevel::current(),
         }
     }
 
@@ -137,14 +137,12 @@ impl<'d> Plan<'d> {
         }
     }
 
-    /// Row width `W` of the gate buffer (Note [Native reserve]); inference keeps only the
-    /// pre-activations, `G · H`.
-    pub(crate) fn gate_width(&self, training: bool) -> usize {
-        match (self.spec.mode, training) {
-            (_, false) => self.gh(),
-            (RnnMode::Lstm, true) => 5 * self.h,
-            (RnnMode::Gru, true) => 4 * self.h,
-            (RnnMode::RnnTanh | RnnMode::RnnRelu, true) => self.h,
+    /// Row width `W` of the reserve's gate rows (Note [Native reserve]).
+    pub(crate) fn gate_width(&self) -> usize {
+        match self.spec.mode {
+            RnnMode::Lstm => 5 * self.h,
+            RnnMode::Gru => 4 * self.h,
+            RnnMode::RnnTanh | RnnMode::RnnRelu => self.h,
         }
     }
 
@@ -214,7 +212,7 @@ impl ReserveLayout {
         };
         let mul = |a: usize, b: usize| a.checked_mul(b).unwrap_or_else(|| overflow());
         let rows = mul(plan.t, plan.b);
-        let gate_block = mul(rows, plan.gate_width(true));
+        let gate_block = mul(rows, plan.gate_width());
         let out_block = mul(rows, plan.nd * plan.p);
         let mut offset = 0usize;
         let mut take = |len: usize| {
