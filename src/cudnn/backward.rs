@@ -1,7 +1,6 @@
 //! The backward through cuDNN: `cudnnRNNBackwardData_v8`, then
 //! `cudnnRNNBackwardWeights_v8` into a zeroed weight gradient.
 
-use std::cell::RefCell;
 use std::ffi::c_int;
 
 use burn::tensor::backend::Backend;
@@ -13,7 +12,7 @@ use cudarc::driver::DevicePtr;
 use super::algorithm::{self, Algo};
 use super::cache::{DeviceState, Prepared};
 use super::calls::{self, Buffers};
-use super::forward::{check_inputs, check_tensor, reserve_workspace, weight_space};
+use super::forward::{check_inputs, check_tensor, weight_space};
 use super::profile::{Op, Phase, Span};
 use super::protocol::{self, empty, shape, CudaTensor, GpuTimer, Guards};
 use super::weights::from_weight_space;
@@ -38,7 +37,7 @@ pub(crate) fn cudnn_reserve_tag(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn backward<F: FloatElement, I: IntElement, BT: BoolElement>(
     p: &Prepared,
-    state: &RefCell<DeviceState>,
+    state: &DeviceState,
     desc: &RnnDescriptor,
     inputs: RnnInputs<Cuda<F, I, BT>>,
     output: RnnOutput<Cuda<F, I, BT>>,
@@ -107,19 +106,18 @@ pub(crate) fn backward<F: FloatElement, I: IntElement, BT: BoolElement>(
     let dhx = empty(&x, desc.hidden_shape().to_vec(), dtype);
     let dcx = lstm.then(|| empty(&x, desc.cell_shape().to_vec(), dtype));
     let dw = empty(&x, vec![p.net.weight_space_bytes / dtype.size()], dtype);
-    reserve_workspace(state, p.work_training);
+    let work = empty(&x, vec![p.work_training], DType::U8);
     t.lap(op, Phase::Alloc);
 
-    let st = state.borrow();
+    let gpu = &state.gpu;
     let mut g = Guards::default();
-    let b = Buffers {
-        lengths: p.dev_lengths.device_ptr(&st.stream).0 as *const c_int,
+    let mut b = Buffers {
         x: g.ptr(&x),
         y: g.ptr(&y),
         hx: g.opt(h0.as_ref()),
         cx: g.opt(c0.as_ref()),
         w: g.ptr(&w),
-        work: st.workspace().0,
+        work: g.ptr(&work),
         reserve: g.ptr(&reserve),
         dx: g.ptr(&dx),
         dy: g.ptr(&dy),
@@ -133,42 +131,43 @@ pub(crate) fn backward<F: FloatElement, I: IntElement, BT: BoolElement>(
     t.lap(op, Phase::Pointers);
     protocol::sync_cubecl(&x);
     t.lap(op, Phase::CubeclSync);
-    st.bind().unwrap_or_else(|e| panic!("burn-fused-rnn: {e}"));
+    gpu.bind().unwrap_or_else(|e| panic!("burn-fused-rnn: {e}"));
+    b.lengths = p.dev_lengths.device_ptr(&gpu.stream).0 as *const c_int;
     let bytes = |shape: [usize; 3]| shape.iter().product::<usize>() * dtype.size();
     if dy_zeros {
-        protocol::zero(&st, &mut g, b.dy, bytes(desc.output_shape()));
+        protocol::zero(gpu, &mut g, b.dy, bytes(desc.output_shape()));
     }
     if desc.seq_lengths.is_some() {
         // cuDNN documents its padding fill for outputs only; dx past a sequence's end must
         // be zero (the reference's gradient there).
-        protocol::zero(&st, &mut g, b.dx, bytes(desc.input_shape()));
+        protocol::zero(gpu, &mut g, b.dx, bytes(desc.input_shape()));
     }
     // WGRAD_MODE_ADD accumulates into dw (cuDNN 9 supports no other mode).
-    protocol::zero(&st, &mut g, b.dw, p.net.weight_space_bytes);
+    protocol::zero(gpu, &mut g, b.dw, p.net.weight_space_bytes);
     t.lap(op, Phase::Memset);
-    let mut gpu = GpuTimer::default();
-    let status = gpu.around(&st, Phase::CudnnBackwardData, || {
+    let mut timer = GpuTimer::default();
+    let status = timer.around(gpu, Phase::CudnnBackwardData, || {
         // SAFETY: as in `forward`, with the output, gradient and reserve checks above; the
         // reserve holds at least the bytes this configuration's training forward fills
         // (`p` is the forward's network: same algorithm and math mode, from the reserve's
         // tag), and no other tensor shares it. BackwardData runs first: it updates the
         // reserve that BackwardWeights reads; both run on the handle's stream after the
         // memsets.
-        unsafe { calls::run_backward_data(st.handle.raw, p, &b) }
+        unsafe { calls::run_backward_data(gpu.handle.raw, p, &b) }
     });
-    protocol::launched(&st, &mut g, "cudnnRNNBackwardData_v8", status);
+    protocol::launched(gpu, &mut g, "cudnnRNNBackwardData_v8", status);
     super::count_call(p.net.algo);
-    let status = gpu.around(&st, Phase::CudnnBackwardWeights, || {
+    let status = timer.around(gpu, Phase::CudnnBackwardWeights, || {
         // SAFETY: as above; `dw` was zeroed, BackwardData was enqueued before.
-        unsafe { calls::run_backward_weights(st.handle.raw, p, &b) }
+        unsafe { calls::run_backward_weights(gpu.handle.raw, p, &b) }
     });
-    protocol::launched(&st, &mut g, "cudnnRNNBackwardWeights_v8", status);
+    protocol::launched(gpu, &mut g, "cudnnRNNBackwardWeights_v8", status);
     super::count_call(p.net.algo);
     t.lap(op, Phase::CudnnLaunch);
-    protocol::wait(&st, &mut g);
+    protocol::wait(gpu, &mut g);
     t.lap(op, Phase::StreamSync);
     drop(g);
-    gpu.finish(op);
+    timer.finish(op);
     let dweights = prim(from_weight_space(
         &p.net.plan,
         float::<Cuda<F, I, BT>, 1>(dw),

@@ -4,25 +4,17 @@
 use burn::tensor::DType;
 use burn_cubecl::{BoolElement, FloatElement, IntElement};
 
-use super::algorithm::{tagged_reserve_len, Settings};
+use super::algorithm::{tagged_reserve_len, Pass};
 use super::backward::{backward, cudnn_reserve_tag};
-use super::cache::{prepared, Request};
+use super::cache::{prepared, trained};
 use super::forward::forward;
 use super::profile::{Op, Phase, Span};
 use super::protocol::CudaTensor;
+use super::settings::CallSettings;
 use super::Cuda;
 use crate::backend::{FusedRnnBackend, RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use crate::descriptor::RnnDescriptor;
 use crate::reference;
-
-fn request(training: bool, op: Option<Op>) -> Request {
-    Request {
-        settings: Settings::current(),
-        training,
-        exact: None,
-        op,
-    }
-}
 
 /// Burn's CUDA backend: cuDNN, or the reference when cuDNN cannot run the call (Note
 /// [cuDNN fallback]). `burn::backend::Cuda` (`Fusion<..>` of this) and `Autodiff<..>` go
@@ -35,7 +27,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedRnnBackend for Cuda<F
             desc,
             inputs.x.dtype,
             &inputs.x.device,
-            request(false, Some(op)),
+            Pass::Inference,
+            Some(op),
         ) {
             Some((p, state)) => {
                 let out = forward::<F, I, BT>(&p, &state, desc, inputs, false).0;
@@ -56,7 +49,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedRnnBackend for Cuda<F
             desc,
             inputs.x.dtype,
             &inputs.x.device,
-            request(true, Some(op)),
+            Pass::Training,
+            Some(op),
         ) {
             Some((p, state)) => {
                 let (out, reserve) = forward::<F, I, BT>(&p, &state, desc, inputs, true);
@@ -78,7 +72,7 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedRnnBackend for Cuda<F
         dtype: DType,
         device: &Self::Device,
     ) -> Vec<(Vec<usize>, DType)> {
-        match prepared(desc, dtype, device, request(true, None)) {
+        match prepared(desc, dtype, device, Pass::Training, None) {
             Some((p, _)) => vec![(
                 vec![tagged_reserve_len(p.reserve_bytes, p.net.algo, p.net.tf32)],
                 DType::F32,
@@ -99,19 +93,22 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedRnnBackend for Cuda<F
         let Some((algo, tf32)) = cudnn_reserve_tag(&reserve) else {
             return reference::backward::<Self>(desc, inputs, output, reserve, grads);
         };
+        let how = || {
+            format!(
+                "with the {} algorithm, TF32 {}",
+                algo.public(),
+                if tf32 { "on" } else { "off" }
+            )
+        };
+        assert!(
+            CallSettings::current().enabled,
+            "expected cuDNN to run the backward of a cuDNN training forward ({}), but `cudnn::set_enabled(false)` came in between: switch it back on, or keep it off for the training forward too",
+            how()
+        );
         let total = Span::start();
         let op = Op::Backward;
-        let request = Request {
-            settings: Settings {
-                algorithm: algo.public(),
-                tf32,
-            },
-            training: true,
-            exact: Some(algo),
-            op: Some(op),
-        };
-        match prepared(desc, inputs.x.dtype, &inputs.x.device, request) {
-            Some((p, state)) => {
+        match trained(desc, inputs.x.dtype, &inputs.x.device, algo, tf32, op) {
+            Ok((p, state)) => {
                 let [reserve]: [CudaTensor; 1] = reserve
                     .tensors
                     .try_into()
@@ -120,10 +117,9 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedRnnBackend for Cuda<F
                 total.stop(op, Phase::Total);
                 grads
             }
-            None => panic!(
-                "expected cuDNN to run the backward of a cuDNN training forward (with the {} algorithm, TF32 {}), but it no longer runs this configuration: switch `cudnn::set_enabled` back on, or keep it off for the training forward too",
-                algo.public(),
-                if tf32 { "on" } else { "off" }
+            Err(e) => panic!(
+                "burn-fused-rnn: expected cuDNN to run the backward of a cuDNN training forward ({}), but it no longer builds that network: {e}",
+                how()
             ),
         }
     }

@@ -1,7 +1,6 @@
 //! The forward through cuDNN (inference and training), and the input checks it shares
 //! with the backward.
 
-use std::cell::RefCell;
 use std::ffi::c_int;
 
 use burn::tensor::DType;
@@ -86,20 +85,11 @@ pub(crate) fn weight_space<F: FloatElement, I: IntElement, BT: BoolElement>(
     )))
 }
 
-/// Makes the workspace big enough, or panics (out of device memory): nothing of this call
-/// is queued yet.
-pub(crate) fn reserve_workspace(state: &RefCell<DeviceState>, bytes: usize) {
-    state
-        .borrow_mut()
-        .reserve_workspace(bytes)
-        .unwrap_or_else(|e| panic!("burn-fused-rnn: {e}"));
-}
-
 /// `cudnnRNNForward`; the training forward also returns its tagged reserve (Note [Reserve
 /// tag]).
 pub(crate) fn forward<F: FloatElement, I: IntElement, BT: BoolElement>(
     p: &Prepared,
-    state: &RefCell<DeviceState>,
+    state: &DeviceState,
     desc: &RnnDescriptor,
     inputs: RnnInputs<Cuda<F, I, BT>>,
     training: bool,
@@ -127,17 +117,16 @@ pub(crate) fn forward<F: FloatElement, I: IntElement, BT: BoolElement>(
     } else {
         p.work_inference
     };
-    reserve_workspace(state, work_bytes);
+    let work = empty(&x, vec![work_bytes], DType::U8);
     let reserve = training.then(|| {
         let len = super::algorithm::tagged_reserve_len(p.reserve_bytes, p.net.algo, p.net.tf32);
         empty(&x, vec![len], DType::F32)
     });
     t.lap(op, Phase::Alloc);
 
-    let st = state.borrow();
+    let gpu = &state.gpu;
     let mut g = Guards::default();
-    let b = Buffers {
-        lengths: p.dev_lengths.device_ptr(&st.stream).0 as *const c_int,
+    let mut b = Buffers {
         x: g.ptr(&x),
         y: g.ptr(&y),
         hx: g.opt(h0.as_ref()),
@@ -145,35 +134,35 @@ pub(crate) fn forward<F: FloatElement, I: IntElement, BT: BoolElement>(
         cx: g.opt(c0.as_ref()),
         cy: g.opt(cy.as_ref()),
         w: g.ptr(&w),
-        work: st.workspace().0,
+        work: g.ptr(&work),
         reserve: g.opt(reserve.as_ref()),
         ..Buffers::null()
     };
     t.lap(op, Phase::Pointers);
     protocol::sync_cubecl(&x);
     t.lap(op, Phase::CubeclSync);
-    st.bind().unwrap_or_else(|e| panic!("burn-fused-rnn: {e}"));
-    let mut gpu = GpuTimer::default();
-    let status = gpu.around(&st, Phase::CudnnForward, || {
+    gpu.bind().unwrap_or_else(|e| panic!("burn-fused-rnn: {e}"));
+    b.lengths = p.dev_lengths.device_ptr(&gpu.stream).0 as *const c_int;
+    let mut timer = GpuTimer::default();
+    let status = timer.around(gpu, Phase::CudnnForward, || {
         // SAFETY: every pointer is a live device buffer of the size cuDNN expects for the
         // descriptors of `p` (inputs checked against the descriptor and the input's device
-        // by `check_inputs` and made contiguous; outputs and reserve allocated above from
-        // those sizes; `Guards::ptr` checked each buffer's size; the workspace holds at
-        // least `work_bytes` and the device lengths are `p`'s, both the crate's own
-        // allocations on the handle's stream, and `st` is borrowed until the stream is
-        // synchronized, so neither is freed or regrown); the guards in `g` keep the cubecl
+        // by `check_inputs` and made contiguous; outputs, workspace and reserve allocated
+        // above from those sizes; `Guards::ptr` checked each buffer's size; the device
+        // lengths are `p`'s, the crate's own allocation on the handle's stream, and `p` is
+        // held until the stream is synchronized); the guards in `g` keep the cubecl
         // buffers allocated, cubecl's work on them has finished (`sync_cubecl`), the
         // context is current (`bind`), and `launched`/`wait` wait for cuDNN before the
         // guards drop.
-        unsafe { calls::run_forward(st.handle.raw, p, &b, training) }
+        unsafe { calls::run_forward(gpu.handle.raw, p, &b, training) }
     });
-    protocol::launched(&st, &mut g, "cudnnRNNForward", status);
+    protocol::launched(gpu, &mut g, "cudnnRNNForward", status);
     super::count_call(p.net.algo);
     t.lap(op, Phase::CudnnLaunch);
-    protocol::wait(&st, &mut g);
+    protocol::wait(gpu, &mut g);
     t.lap(op, Phase::StreamSync);
     drop(g);
-    gpu.finish(op);
+    timer.finish(op);
     (
         RnnOutput {
             y,

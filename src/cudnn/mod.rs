@@ -5,15 +5,17 @@
 //! `cudnnRNNBackwardWeights_v8`; through it `Fusion<..>` (= `burn::backend::Cuda`) and
 //! `Autodiff<..>` run cuDNN too. All of this crate's `unsafe` lives under this module.
 //!
-//! Settings (process-wide, read at each call): [`set_enabled`], [`set_tf32`],
+//! Settings (process-wide, read once at the start of each call; a fused op reads them at
+//! registration, Note [Pinned settings]): [`set_enabled`], [`set_tf32`],
 //! [`set_algorithm`] ([`RnnAlgorithm`], Note [RNN algorithms]). Diagnostics:
 //! [`cudnn_calls`], [`cudnn_calls_with`], and the per-phase timing of [`profile`].
 //!
 //! # Files
 //!
 //! `ffi` (checked calls, RAII descriptors), `descriptors` (host-only descriptors of a
-//! network and a call shape), `algorithm` (choice and fallback rules, reserve tag),
-//! `cache` (per-thread state, building and probing), `calls` (the three cuDNN calls),
+//! network and a call shape), `settings` (the switches, pinned per call), `algorithm`
+//! (choice and fallback rules, reserve tag), `cache` (per-thread state, which request
+//! runs which call shape, building and probing), `calls` (the three cuDNN calls),
 //! `protocol` (buffers, pointers, the waits), `forward`, `backward`, `dispatch` (the
 //! backend trait), [`weights`] (weight-space verification), [`profile`].
 //!
@@ -23,14 +25,17 @@
 //! - check every tensor's shape, dtype and device against the descriptor and the input
 //!   again (the trait's methods are public and safe, and cuDNN trusts every pointer and
 //!   size), the reserve's size, and that each buffer holds what its tensor claims;
-//! - make every input contiguous (a no-op for contiguous tensors), and allocate outputs
-//!   and the reserve with `client.empty`, which is packed: `Tensor::zeros`/`empty` pad each
-//!   row to an aligned pitch, which cuDNN would read as data;
+//! - make every input contiguous (a no-op for contiguous tensors), and allocate outputs,
+//!   the workspace and the reserve with `client.empty` (cubecl's memory pool), which is
+//!   packed: `Tensor::zeros`/`empty` pad each row to an aligned pitch, which cuDNN would
+//!   read as data;
 //! - take each buffer's device pointer with `client.get_resource` (it includes the view's
 //!   offset, which burn-cubecl keeps 512-byte aligned, and orders cubecl's stream after
 //!   the buffer's producer), then wait for cubecl with `client.sync()`;
 //! - make the device's context current on the thread (cuDNN runs in the current context,
-//!   and the thread may have used another device since);
+//!   and the thread may have used another device since); the cache lookup at the start
+//!   of a call binds it too, before anything is built or evicted, since cudarc frees
+//!   device memory in whatever context is current;
 //! - zero what must start at zero with `cuMemsetD8Async` on the crate's stream: the weight
 //!   gradient (cuDNN adds into it), a missing `dy`, and `dx` of variable-length batches
 //!   (cuDNN documents its padding fill for outputs only);
@@ -53,9 +58,6 @@
 //! per-phase timing of [`profile`] measures what remains):
 //! - the sequence lengths are uploaded to the device once per call shape (kept with the
 //!   cached call shape), not per call;
-//! - the workspace is one buffer per (thread, device), grown to the largest size seen and
-//!   reused by every call (each call has finished with it before it returns); it is
-//!   released by [`clear_cache`] or when the thread ends;
 //! - batch-first input and output are handed to cuDNN as they are, with its batch-major
 //!   layout (`CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED`): no transpose or copy;
 //! - with the identity weight plan (every cuDNN PyTorch has shipped with), the flat
@@ -64,14 +66,17 @@
 //! Not done here, and why: the weights' concatenation happens in the module
 //! (`FusedRnn::flat_weights`, outside this module) on every call; keeping a prepared
 //! weight space for inference needs the module to know when its parameters change.
-//! `client.sync()` and the closing synchronize stay (above).
+//! `client.sync()` and the closing synchronize stay (above). The workspace is allocated
+//! per call from cubecl's pool, which keeps freed memory for reuse: a buffer kept per
+//! thread outside the pool would hold one copy of the largest workspace per thread, and
+//! no GPU measurement has shown that it saves anything.
 //!
-//! The handle, the stream, the workspace and two caches live per (thread, device):
-//! networks (RNN and dropout descriptors, weight plan) per (spec, dropout probability,
-//! dtype, TF32, algorithm; and batch size for `PERSIST_DYNAMIC`), and call shapes (data
-//! descriptors, device lengths, workspace and reserve sizes) per (settings, network, T, B,
-//! lengths, layout), so a new batch shape does not rebuild the network or re-seed its
-//! dropout.
+//! The handle, the stream and the caches live per (thread, device): dropout states,
+//! networks (RNN descriptor, weight plan) per (spec, dropout probability, dtype, TF32,
+//! algorithm; and batch size for `PERSIST_DYNAMIC`), call shapes (data descriptors,
+//! device lengths, workspace and reserve sizes) per (network, T, B, lengths, layout), and
+//! which call shape each forward request (settings, pass, call shape) runs; a new batch
+//! shape does not rebuild the network or re-seed its dropout.
 //!
 //! # Note [cuDNN fallback]
 //!
@@ -81,21 +86,23 @@
 //! - the call has a sequence of length 0 (cuDNN requires lengths ≥ 1);
 //! - the dtype is not F32, F64, F16 or BF16; or cuDNN refuses the network when its
 //!   descriptors are built; or its weight space cannot be mapped to the canonical layout
-//!   (Note [Weight space verification] in [`weights`]); or the network fails its probe: one
-//!   training forward and backward at `T = B = 1` on zeros, run when the network is built,
-//!   because cuDNN refuses some combinations (BF16 RNNs are not in its documentation) only
-//!   when it executes them. Each such network is warned about once per thread.
+//!   (Note [Weight space verification] in [`weights`]); or the network fails its probe at
+//!   `T = B = 1` on zeros, run once per network and pass (an inference forward for
+//!   inference; a training forward and both backward calls for training), because cuDNN
+//!   refuses some combinations (BF16 RNNs are not in its documentation) only when it
+//!   executes them. Each such network is warned about once per thread.
 //!
 //! A persistent algorithm ([`set_algorithm`]) that cannot run a call shape falls back to
 //! the standard algorithm first (Note [RNN algorithms]), then to the reference.
 //!
-//! The decision is a function of the descriptor, dtype, settings and device, made per
-//! thread and remembered (a failure to build, out of memory included, too), so the
-//! declared outputs of a fused op and the op agree. The backward follows the reserve it is
-//! given: the reference's (3-D tensors) runs the reference backward whatever the settings
-//! are now; cuDNN's (one 1-D buffer) runs with the algorithm and math mode its tag names
-//! (Note [Reserve tag]), and panics with a clear message when `set_enabled(false)` came in
-//! between or cuDNN no longer runs that configuration. A cuDNN call that fails once the
+//! The decision is a function of the descriptor, dtype, settings, pass and device, made
+//! per thread and remembered (a failure to build, out of memory included, too), so the
+//! declared outputs of a fused op and the op agree (and `crate::fusion` checks that they
+//! do). The backward follows the reserve it is given: the reference's (3-D tensors) runs
+//! the reference backward whatever the settings are now; cuDNN's (one 1-D buffer) runs the
+//! call shape its forward ran (Note [Reserve tag]), never builds or probes while that is
+//! cached, and panics with a clear message when `set_enabled(false)` came in between or
+//! cuDNN no longer builds that network. A cuDNN call that fails once the
 //! descriptors exist (out of memory, a driver error) panics with the call's name and
 //! status, after waiting for the stream: the trait's methods have no error channel, and a
 //! half-run op has no result.
@@ -120,12 +127,13 @@
 //! cubecl kernel on contiguous inputs), and `tests/cuda.rs` checks it through the backend
 //! trait against the reference; the op-level check stays as Burn answers it.
 //!
-//! # Dropout
+//! # Note [cuDNN dropout]
 //!
 //! cuDNN draws its own masks from a dropout descriptor built once per network (spec,
-//! probability, dtype, settings) per thread and device, and seeded with the seed of the
-//! first call that needed it; later calls, of any batch shape, continue its random stream
-//! (re-seeding per call would re-initialize cuDNN's generator states each time). The masks
+//! probability, dtype, settings; `PERSIST_DYNAMIC`'s networks of every batch size share
+//! one) per thread and device, and seeded with the seed of the first call that needed it;
+//! later calls, of any batch shape, continue its random stream (re-seeding per call would
+//! re-initialize cuDNN's generator states each time). The masks
 //! are therefore not the reference's (Note [Dropout seeds] in the module), and the parity
 //! suite leaves dropout out.
 
@@ -139,16 +147,19 @@ mod ffi;
 mod forward;
 pub mod profile;
 mod protocol;
+mod settings;
 pub mod weights;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use burn_cubecl::CubeBackend;
 use cubecl::cuda::CudaRuntime;
 
-pub use algorithm::{algorithm, set_algorithm, RnnAlgorithm};
+pub use algorithm::RnnAlgorithm;
 pub use ffi::CudnnError;
+pub(crate) use settings::CallSettings;
+pub use settings::{algorithm, enabled, set_algorithm, set_enabled, set_tf32, tf32};
 
 type Cuda<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 
@@ -205,21 +216,7 @@ pub fn cudnn_version() -> Result<usize, Fallback> {
         .clone()
 }
 
-static TF32: AtomicBool = AtomicBool::new(false);
-static ENABLED: AtomicBool = AtomicBool::new(true);
 static CALLS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
-
-/// Switches the cuDNN path off (`false`) or back on: while off, the CUDA backend runs the
-/// reference implementation. For comparisons and benchmarks; the backward of a training
-/// forward that ran cuDNN needs it on.
-pub fn set_enabled(enabled: bool) {
-    ENABLED.store(enabled, Ordering::Relaxed);
-}
-
-/// Whether the cuDNN path is switched on ([`set_enabled`]).
-pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
-}
 
 /// How many cuDNN RNN calls (forward, backward data, backward weights) this process has
 /// made: a diagnostic that shows which path ran.
@@ -238,10 +235,10 @@ pub(crate) fn count_call(algo: algorithm::Algo) {
     CALLS[algo.index()].fetch_add(1, Ordering::Relaxed);
 }
 
-/// Drops the calling thread's cuDNN state on every device: cached networks (and their
-/// dropout states) and call shapes, the workspace, the handle and the stream. The next
-/// call rebuilds what it needs (and probes it again). Frees the workspace's device memory,
-/// which otherwise stays with the thread until it ends.
+/// Drops the calling thread's cuDNN state on every device: cached networks, dropout
+/// states and call shapes, the handle and the stream. The next call rebuilds what it
+/// needs (and probes it again); a backward whose forward's entry is gone rebuilds that
+/// network without a probe (Note [Reserve tag]).
 pub fn clear_cache() {
     cache::clear_thread_state();
 }
@@ -258,18 +255,6 @@ pub fn cuda_device_available() -> Result<usize, String> {
         Ok(_) => Err("the CUDA driver reports no device".into()),
         Err(e) => Err(format!("the CUDA driver reports no device ({e:?})")),
     }
-}
-
-/// Lets cuDNN use TF32 tensor cores for F32 RNNs (off by default: F32 then matches the
-/// reference to 1e-4). Takes effect from the next call; the backward of a training
-/// forward uses the forward's setting (Note [Reserve tag]).
-pub fn set_tf32(enabled: bool) {
-    TF32.store(enabled, Ordering::Relaxed);
-}
-
-/// Whether TF32 is on ([`set_tf32`]).
-pub fn tf32() -> bool {
-    TF32.load(Ordering::Relaxed)
 }
 
 #[cfg(test)]

@@ -75,7 +75,7 @@ pub enum Phase {
     /// `into_contiguous` of the inputs and the weight space (host time; their kernels run
     /// on cubecl's stream and are waited for in [`Phase::CubeclSync`]).
     Contiguous,
-    /// Outputs, reserve and (when it grows) workspace.
+    /// Outputs, workspace and reserve.
     Alloc,
     /// Device pointers of every buffer (`client.get_resource`).
     Pointers,

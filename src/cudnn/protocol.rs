@@ -13,7 +13,7 @@ use cudarc::cudnn::sys;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaEvent;
 
-use super::cache::DeviceState;
+use super::cache::Gpu;
 use super::ffi::{self, check};
 use super::profile::{self, Op, Phase};
 
@@ -78,20 +78,11 @@ pub(crate) fn sync_cubecl(like: &CudaTensor) {
         .unwrap_or_else(|e| panic!("burn-fused-rnn: cubecl sync failed: {e:?}"));
 }
 
-/// Synchronizes the crate's stream. cudarc's `synchronize` returns at once, without
-/// waiting, when an earlier cudarc call recorded an error: that error is cleared first.
-pub(crate) fn sync_stream(state: &DeviceState) -> Result<(), cudarc::driver::DriverError> {
-    if let Err(e) = state.context.check_err() {
-        log::warn!("burn-fused-rnn: an earlier CUDA error was pending: {e:?}");
-    }
-    state.stream.synchronize()
-}
-
 /// Panics after a failure while work on the guarded buffers may still be queued: waits for
 /// the stream first and, if even that fails, leaks the guards rather than let cubecl reuse
 /// memory a kernel may still touch.
-pub(crate) fn fail(state: &DeviceState, g: &mut Guards, message: String) -> ! {
-    if sync_stream(state).is_err() {
+pub(crate) fn fail(gpu: &Gpu, g: &mut Guards, message: String) -> ! {
+    if gpu.sync().is_err() {
         std::mem::forget(std::mem::take(&mut g.0));
     }
     panic!("burn-fused-rnn: {message}");
@@ -102,36 +93,31 @@ pub(crate) fn fail(state: &DeviceState, g: &mut Guards, message: String) -> ! {
 /// Needed: cubecl's stream is not ordered after the crate's either, and the outputs go
 /// back to cubecl, whose next kernels may read them, and whose allocator may hand the
 /// inputs' memory to new tensors once the guards drop.
-pub(crate) fn wait(state: &DeviceState, g: &mut Guards) {
-    if let Err(e) = sync_stream(state) {
-        fail(state, g, format!("CUDA stream synchronize failed: {e:?}"));
+pub(crate) fn wait(gpu: &Gpu, g: &mut Guards) {
+    if let Err(e) = gpu.sync() {
+        fail(gpu, g, format!("CUDA stream synchronize failed: {e:?}"));
     }
 }
 
 /// Checks the status of a cuDNN call just launched.
-pub(crate) fn launched(
-    state: &DeviceState,
-    g: &mut Guards,
-    call: &'static str,
-    status: sys::cudnnStatus_t,
-) {
+pub(crate) fn launched(gpu: &Gpu, g: &mut Guards, call: &'static str, status: sys::cudnnStatus_t) {
     if let Err(e) = check(call, status) {
         let text = ffi::status_text(e.status);
-        fail(state, g, format!("{e} ({text}) (Note [cuDNN fallback])"));
+        fail(gpu, g, format!("{e} ({text}) (Note [cuDNN fallback])"));
     }
 }
 
 /// Zeroes `bytes` at `ptr` on the crate's stream (ordered before the cuDNN calls).
-pub(crate) fn zero(state: &DeviceState, g: &mut Guards, ptr: *mut c_void, bytes: usize) {
+pub(crate) fn zero(gpu: &Gpu, g: &mut Guards, ptr: *mut c_void, bytes: usize) {
     // SAFETY: `ptr` is a buffer of at least `bytes` bytes held by a guard in `g` until the
     // stream has been synchronized. cubecl allocated it (stream-ordered, on its stream) and
     // `sync_cubecl` has waited for that stream, so the allocation and every earlier use are
     // complete and another stream of the same (primary) context may write it.
     let set = unsafe {
-        cudarc::driver::result::memset_d8_async(ptr as u64, 0, bytes, state.stream.cu_stream())
+        cudarc::driver::result::memset_d8_async(ptr as u64, 0, bytes, gpu.stream.cu_stream())
     };
     if let Err(e) = set {
-        fail(state, g, format!("CUDA memset failed: {e:?}"));
+        fail(gpu, g, format!("CUDA memset failed: {e:?}"));
     }
 }
 
@@ -142,18 +128,12 @@ pub(crate) struct GpuTimer(Vec<(Phase, CudaEvent, CudaEvent)>);
 
 impl GpuTimer {
     /// Runs `f` (which enqueues one cuDNN call) between two timing events.
-    pub(crate) fn around<T>(
-        &mut self,
-        state: &DeviceState,
-        phase: Phase,
-        f: impl FnOnce() -> T,
-    ) -> T {
+    pub(crate) fn around<T>(&mut self, gpu: &Gpu, phase: Phase, f: impl FnOnce() -> T) -> T {
         if !profile::is_enabled() {
             return f();
         }
         let event = || {
-            state
-                .stream
+            gpu.stream
                 .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
                 .ok()
         };
