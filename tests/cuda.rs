@@ -779,7 +779,7 @@ fn persistent_algorithms_take_batch_first_input_as_it_is() {
 }
 
 /// Issue 21: `PERSIST_DYNAMIC` with dropout, whose networks are one per batch size and
-/// share one dropout state (Note [cuDNN dropout] in `src/cudnn/mod.rs`):
+/// share one dropout state (Note [cuDNN dropout] in `src/cudnn/build.rs`):
 /// - a fresh state draws the same masks again (the check below relies on it);
 /// - a second batch size continues the first one's random stream instead of starting a
 ///   fresh one (its first masks differ from a fresh state's);

@@ -14,7 +14,7 @@
 //! - `PERSIST_DYNAMIC`: a persistent kernel compiled at run time with NVRTC for the
 //!   network and one exact batch size (`cudnnBuildRNNDynamic`), so it is built once per
 //!   (network, batch size); it needs `libnvrtc` at run time. Its networks of different
-//!   batch sizes share one dropout state (Note [cuDNN dropout] in `cudnn/mod.rs`).
+//!   batch sizes share one dropout state (Note [cuDNN dropout] in `build`).
 //!
 //! What each supports, as this crate applies it before asking cuDNN (so that a refusal
 //! never costs a probe):
@@ -81,6 +81,8 @@
 //! was cleared), it rebuilds exactly the tagged network and call shape, without a probe,
 //! and panics with a clear message if cuDNN no longer builds them (never a silent
 //! mismatch).
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use burn::tensor::DType;
 use cudarc::cudnn::sys;
@@ -349,6 +351,25 @@ pub(crate) fn tagged_reserve_len(bytes: usize, algo: Algo, tf32: bool) -> usize 
 pub(crate) fn reserve_tag(len: usize) -> (Algo, bool) {
     let tag = len % 8;
     (Algo::ALL[tag / 2], tag % 2 == 1)
+}
+
+static CALLS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// How many cuDNN RNN calls (forward, backward data, backward weights) this process has
+/// made: a diagnostic that shows which path ran.
+pub fn cudnn_calls() -> u64 {
+    CALLS.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+}
+
+/// How many of [`cudnn_calls`] ran with `algorithm` (the algorithm cuDNN ran, after any
+/// fallback; `Auto` is never run as such and counts 0): shows which algorithm a setting
+/// ended up using.
+pub fn cudnn_calls_with(algorithm: RnnAlgorithm) -> u64 {
+    Algo::of(algorithm).map_or(0, |a| CALLS[a.index()].load(Ordering::Relaxed))
+}
+
+pub(crate) fn count_call(algo: Algo) {
+    CALLS[algo.index()].fetch_add(1, Ordering::Relaxed);
 }
 
 #[cfg(test)]

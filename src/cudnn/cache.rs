@@ -1,33 +1,20 @@
-//! The per-(thread, device) state: handle, stream, and the caches of dropout states,
-//! networks and call shapes; building them, probing them, and choosing the algorithm
-//! (Note [cuDNN fallback], Note [RNN algorithms], Note [Reserve tag]).
+//! Which call shape each request runs, and when to build, probe and forget: the policy
+//! of the per-(thread, device) cache (Note [RNN algorithms], Note [Reserve tag]), generic
+//! over what it builds ([`Build`]: cuDNN's in `build`, a recording fake in the tests), so
+//! that it is tested without a GPU. The cache itself lives in `state`.
 //!
-//! [`Cache`] is the policy alone (which request gets which call shape, when to build, when
-//! to probe, what to forget), generic over what it builds, so that it is tested without a
-//! GPU; the cuDNN builder that fills it follows.
+//! One file although it passes 700 lines: half of it is the tests, which replay every
+//! build and probe the policy asks for and read its private maps.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
-use std::ptr;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use burn::tensor::DType;
-use cubecl::cuda::CudaDevice;
-use cudarc::cudnn::sys;
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 
-use super::algorithm::{self, Algo, DeviceInfo, Pass, Settings};
-use super::calls::{self, Buffers};
-use super::descriptors::{self, cudnn_err, CallDescriptors};
-use super::ffi::{check, CudnnError, DropoutDesc, Handle, RnnDesc, TensorDesc};
-use super::profile::{Op, Phase, Span};
-use super::settings::CallSettings;
-use super::weights::{self, WeightPlan, WeightSlot};
+use super::algorithm::{Algo, Pass, Settings};
+use super::ffi::Error;
 use crate::config::RnnSpec;
 use crate::descriptor::RnnDescriptor;
-use crate::layout::RnnLayout;
 
 /// What a call shape depends on besides its network.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -115,7 +102,7 @@ impl RequestKey {
     }
 }
 
-/// What [`Cache`] asks to be built or run. The cuDNN implementation is [`CudnnBuild`];
+/// What [`Cache`] asks to be built or run. The cuDNN implementation is `build::CudnnBuild`;
 /// the tests use a recording fake.
 pub(crate) trait Build {
     /// A dropout descriptor and its generator states.
@@ -125,19 +112,18 @@ pub(crate) trait Build {
     /// A call shape of a network (data descriptors, lengths, temporary sizes).
     type Call;
     /// The dropout state of the networks keyed by [`NetKey::dropout_key`].
-    fn dropout(&mut self, desc: &RnnDescriptor) -> Result<Self::Dropout, String>;
+    fn dropout(&mut self, desc: &RnnDescriptor) -> Result<Self::Dropout, Error>;
     /// The network of `key`.
     fn network(
         &mut self,
         key: &NetKey,
         desc: &RnnDescriptor,
         dropout: &Rc<Self::Dropout>,
-    ) -> Result<Self::Network, String>;
+    ) -> Result<Self::Network, Error>;
     /// The call shape of `desc` on `net`.
-    fn call(&mut self, net: &Rc<Self::Network>, desc: &RnnDescriptor)
-        -> Result<Self::Call, String>;
+    fn call(&mut self, net: &Rc<Self::Network>, desc: &RnnDescriptor) -> Result<Self::Call, Error>;
     /// Runs `pass` of a call shape on zeros (Note [RNN algorithms]).
-    fn probe(&mut self, call: &Self::Call, desc: &RnnDescriptor, pass: Pass) -> Result<(), String>;
+    fn probe(&mut self, call: &Self::Call, desc: &RnnDescriptor, pass: Pass) -> Result<(), Error>;
 }
 
 /// Entries kept per map before the cache is cleared.
@@ -156,7 +142,7 @@ pub(crate) struct Cache<D, N, C> {
     calls: HashMap<CallKey, Rc<C>>,
     networks: HashMap<NetKey, Option<Rc<N>>>,
     /// Standard networks' probes at `T = B = 1`, per pass.
-    network_probes: HashMap<(NetKey, Pass), Result<(), String>>,
+    network_probes: HashMap<(NetKey, Pass), Result<(), Error>>,
     dropouts: HashMap<NetKey, Rc<D>>,
 }
 
@@ -240,7 +226,7 @@ impl<D, N, C> Cache<D, N, C> {
         dtype: DType,
         algo: Algo,
         tf32: bool,
-    ) -> Result<Rc<C>, String>
+    ) -> Result<Rc<C>, Error>
     where
         B: Build<Dropout = D, Network = N, Call = C>,
     {
@@ -257,7 +243,7 @@ impl<D, N, C> Cache<D, N, C> {
         desc: &RnnDescriptor,
         net: NetKey,
         probe: Option<Pass>,
-    ) -> Result<Rc<C>, String>
+    ) -> Result<Rc<C>, Error>
     where
         B: Build<Dropout = D, Network = N, Call = C>,
     {
@@ -284,13 +270,13 @@ impl<D, N, C> Cache<D, N, C> {
         Ok(call)
     }
 
-    fn network<B>(&mut self, b: &mut B, desc: &RnnDescriptor, key: &NetKey) -> Result<Rc<N>, String>
+    fn network<B>(&mut self, b: &mut B, desc: &RnnDescriptor, key: &NetKey) -> Result<Rc<N>, Error>
     where
         B: Build<Dropout = D, Network = N, Call = C>,
     {
         match self.networks.get(key) {
             Some(Some(network)) => return Ok(network.clone()),
-            Some(None) => return Err("it failed before on this thread".into()),
+            Some(None) => return Err(Error::FailedBefore),
             None => {}
         }
         let built = self
@@ -302,7 +288,7 @@ impl<D, N, C> Cache<D, N, C> {
         built
     }
 
-    fn dropout<B>(&mut self, b: &mut B, desc: &RnnDescriptor, key: NetKey) -> Result<Rc<D>, String>
+    fn dropout<B>(&mut self, b: &mut B, desc: &RnnDescriptor, key: NetKey) -> Result<Rc<D>, Error>
     where
         B: Build<Dropout = D, Network = N, Call = C>,
     {
@@ -323,7 +309,7 @@ impl<D, N, C> Cache<D, N, C> {
         key: &NetKey,
         network: &Rc<N>,
         pass: Pass,
-    ) -> Result<(), String>
+    ) -> Result<(), Error>
     where
         B: Build<Dropout = D, Network = N, Call = C>,
     {
@@ -358,567 +344,14 @@ impl<D, N, C> Cache<D, N, C> {
     }
 }
 
-/// A dropout descriptor and its generator states (none for probability 0).
-pub(crate) struct Dropout {
-    pub desc: DropoutDesc,
-    _states: Option<CudaSlice<u8>>,
-}
-
-/// cuDNN's description of one network on one device, shared by every call shape: per
-/// [`NetKey`].
-pub(crate) struct Network {
-    pub rnn: RnnDesc,
-    // Kept alive for `rnn`, which refers to it; dropped after it (field order).
-    _dropout: Rc<Dropout>,
-    pub dtype: DType,
-    pub data_type: sys::cudnnDataType_t,
-    pub weight_space_bytes: usize,
-    pub plan: WeightPlan,
-    pub algo: Algo,
-    pub tf32: bool,
-}
-
-/// One call shape (T, B, lengths, layout) of a network: data descriptors, the sequence
-/// lengths on the device (uploaded once here, not per call: cuDNN reads them from device
-/// memory, and they never change for the shape), and the sizes of the temporary buffers.
-pub(crate) struct Prepared {
-    pub net: Rc<Network>,
-    pub io: CallDescriptors,
-    pub dev_lengths: CudaSlice<c_int>,
-    pub work_inference: usize,
-    pub work_training: usize,
-    pub reserve_bytes: usize,
-}
-
-/// One device as a thread uses it: its context, the crate's stream, a cuDNN handle bound
-/// to that stream, and what the heuristics read. Fields drop in order: the handle, the
-/// stream, the context.
-pub(crate) struct Gpu {
-    pub handle: Handle,
-    pub stream: Arc<CudaStream>,
-    pub context: Arc<CudaContext>,
-    pub info: DeviceInfo,
-}
-
-impl Gpu {
-    /// Makes this device's context current on the calling thread: cuDNN works in whatever
-    /// context is current, cudarc frees device memory in it, and another device's may be
-    /// current.
-    pub(crate) fn bind(&self) -> Result<(), String> {
-        self.context
-            .bind_to_thread()
-            .map_err(|e| format!("binding the CUDA context: {e:?}"))
-    }
-
-    /// Synchronizes the crate's stream. cudarc's `synchronize` returns at once, without
-    /// waiting, when an earlier cudarc call recorded an error: that error is cleared first.
-    pub(crate) fn sync(&self) -> Result<(), cudarc::driver::DriverError> {
-        if let Err(e) = self.context.check_err() {
-            log::warn!("burn-fused-rnn: an earlier CUDA error was pending: {e:?}");
-        }
-        self.stream.synchronize()
-    }
-}
-
-/// Per (thread, device): the device and the cache of what was built on it.
-pub(crate) struct DeviceState {
-    cache: RefCell<Cache<Dropout, Network, Prepared>>,
-    pub gpu: Gpu,
-}
-
-impl Drop for DeviceState {
-    fn drop(&mut self) {
-        // The cache's device buffers are freed, and the descriptors and the handle
-        // destroyed, in the current context: make it this device's. `bind_to_thread`
-        // returns early on an error cudarc recorded earlier, so that is cleared first. A
-        // failure cannot be reported here.
-        let _ = self.gpu.context.check_err();
-        let _ = self.gpu.context.bind_to_thread();
-    }
-}
-
-thread_local! {
-    static DEVICES: RefCell<HashMap<usize, Rc<DeviceState>>> = RefCell::new(HashMap::new());
-}
-
-/// Drops the calling thread's state on every device (module docs of [`super::clear_cache`]).
-pub(crate) fn clear_thread_state() {
-    let states: Vec<_> = DEVICES.with(|devices| devices.borrow_mut().drain().collect());
-    drop(states);
-}
-
-fn device_state(device: &CudaDevice) -> Result<Rc<DeviceState>, String> {
-    DEVICES.with(|devices| {
-        if let Some(state) = devices.borrow().get(&device.index) {
-            return Ok(state.clone());
-        }
-        let context = CudaContext::new(device.index).map_err(|e| format!("CUDA context: {e:?}"))?;
-        let attribute = |a| {
-            context
-                .attribute(a)
-                .map_err(|e| format!("CUDA device attribute {a:?}: {e:?}"))
-        };
-        use cudarc::driver::sys::CUdevice_attribute::*;
-        let info = DeviceInfo {
-            major: attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            minor: attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-            sms: attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
-        };
-        let stream = context
-            .new_stream()
-            .map_err(|e| format!("CUDA stream: {e:?}"))?;
-        // SAFETY: the stream is live and owned by `Gpu` next to the handle; the handle
-        // drops first (field order of `Gpu`). `new_stream` made the context current.
-        let handle = unsafe { Handle::new(stream.cu_stream() as sys::cudaStream_t) }
-            .map_err(|e| e.to_string())?;
-        let state = Rc::new(DeviceState {
-            cache: RefCell::new(Cache::default()),
-            gpu: Gpu {
-                handle,
-                stream,
-                context,
-                info,
-            },
-        });
-        devices.borrow_mut().insert(device.index, state.clone());
-        Ok(state)
-    })
-}
-
-/// The device's state with its context current, before anything is looked up, built or
-/// freed (evictions free device memory).
-fn bound_state(device: &CudaDevice) -> Result<Rc<DeviceState>, String> {
-    let state = device_state(device)?;
-    state.gpu.bind()?;
-    Ok(state)
-}
-
-fn timed(op: Option<Op>, span: Span, phase: Phase) {
-    if let Some(op) = op {
-        span.stop(op, phase)
-    }
-}
-
-/// The call shape a forward request runs with (the settings of this call, Note [Pinned
-/// settings]), or `None` for the reference path (Note [cuDNN fallback]). `op` is where the
-/// profile counts the lookup (`None`: not counted).
-pub(crate) fn prepared(
-    desc: &RnnDescriptor,
-    dtype: DType,
-    device: &CudaDevice,
-    pass: Pass,
-    op: Option<Op>,
-) -> Option<(Rc<Prepared>, Rc<DeviceState>)> {
-    let call = CallSettings::current();
-    if !call.enabled {
-        return None;
-    }
-    let span = Span::start();
-    super::cudnn_version().ok()?;
-    if (0..desc.batch_size).any(|b| desc.seq_length_of(b) == 0) {
-        return None;
-    }
-    let state = match bound_state(device) {
-        Ok(state) => state,
-        Err(e) => {
-            log::warn!("burn-fused-rnn: cuDNN unavailable on {device:?} ({e}); using the reference implementation");
-            return None;
-        }
-    };
-    let settings = call.settings;
-    let key = RequestKey::of(desc, dtype, settings, pass);
-    let mut cache = state.cache.borrow_mut();
-    if let Some(found) = cache.request(&key) {
-        drop(cache);
-        timed(op, span, Phase::Lookup);
-        return found.map(|p| (p, state));
-    }
-    // Warnings are logged once the cache is released (a logger may do anything).
-    let mut warnings = Vec::new();
-    let info = state.gpu.info;
-    if let Some(chosen) = Algo::of(settings.algorithm) {
-        let variable = desc.seq_lengths.is_some();
-        if let Some(why) = algorithm::refusal(chosen, &desc.spec, dtype, variable, Some(info)) {
-            warnings.push(format!(
-                "the {} algorithm does not run {:?} in {dtype:?} ({why})",
-                chosen.public(),
-                desc.spec
-            ));
-        }
-    }
-    let candidates = algorithm::candidates(settings, desc, dtype, pass, info);
-    let built = cache.choose(
-        &mut CudnnBuild(&state.gpu),
-        desc,
-        key,
-        &candidates,
-        &mut warnings,
-    );
-    drop(cache);
-    timed(op, span, Phase::Build);
-    let next = if built.is_some() {
-        "using the standard algorithm"
-    } else {
-        "using the reference implementation"
-    };
-    for warning in &warnings {
-        log::warn!("burn-fused-rnn: {warning}; {next}");
-    }
-    built.map(|p| (p, state))
-}
-
-/// The call shape the training forward of a tagged reserve ran (Note [Reserve tag]): its
-/// own cache entry, or, when that is gone, the same network and call shape rebuilt
-/// without a probe. An error when even that fails.
-pub(crate) fn trained(
-    desc: &RnnDescriptor,
-    dtype: DType,
-    device: &CudaDevice,
-    algo: Algo,
-    tf32: bool,
-    op: Op,
-) -> Result<(Rc<Prepared>, Rc<DeviceState>), String> {
-    let span = Span::start();
-    let state = bound_state(device)?;
-    let mut cache = state.cache.borrow_mut();
-    if let Some(p) = cache.trained(desc, dtype, algo, tf32) {
-        drop(cache);
-        span.stop(op, Phase::Lookup);
-        return Ok((p, state));
-    }
-    let rebuilt = cache.rebuild(&mut CudnnBuild(&state.gpu), desc, dtype, algo, tf32);
-    drop(cache);
-    span.stop(op, Phase::Build);
-    rebuilt.map(|p| (p, state))
-}
-
-/// [`Build`] on one device through cuDNN. The context is current ([`bound_state`]).
-struct CudnnBuild<'a>(&'a Gpu);
-
-impl Build for CudnnBuild<'_> {
-    type Dropout = Dropout;
-    type Network = Network;
-    type Call = Prepared;
-
-    fn dropout(&mut self, desc: &RnnDescriptor) -> Result<Dropout, String> {
-        build_dropout(self.0, desc)
-    }
-
-    fn network(
-        &mut self,
-        key: &NetKey,
-        desc: &RnnDescriptor,
-        dropout: &Rc<Dropout>,
-    ) -> Result<Network, String> {
-        build_network(self.0, desc, key, dropout)
-    }
-
-    fn call(&mut self, net: &Rc<Network>, desc: &RnnDescriptor) -> Result<Prepared, String> {
-        build_call(self.0, net, desc)
-    }
-
-    fn probe(&mut self, call: &Prepared, desc: &RnnDescriptor, pass: Pass) -> Result<(), String> {
-        probe(self.0, call, desc, pass)
-    }
-}
-
-/// A dropout descriptor, with generator states seeded with this call's seed when the
-/// probability is not 0 (Note [cuDNN dropout]).
-fn build_dropout(gpu: &Gpu, desc: &RnnDescriptor) -> Result<Dropout, String> {
-    let err = cudnn_err;
-    let handle = gpu.handle.raw;
-    let dropout = DropoutDesc::new().map_err(err)?;
-    if desc.dropout.probability == 0.0 {
-        // SAFETY: probability 0 needs no state buffer (null, size 0).
-        check("cudnnSetDropoutDescriptor", unsafe {
-            sys::cudnnSetDropoutDescriptor(dropout.0, handle, 0.0, ptr::null_mut(), 0, 0)
-        })
-        .map_err(err)?;
-        return Ok(Dropout {
-            desc: dropout,
-            _states: None,
-        });
-    }
-    let mut size = 0usize;
-    // SAFETY: live handle, valid out pointer.
-    check("cudnnDropoutGetStatesSize", unsafe {
-        sys::cudnnDropoutGetStatesSize(handle, &mut size)
-    })
-    .map_err(err)?;
-    let buffer = gpu
-        .stream
-        .alloc_zeros::<u8>(size)
-        .map_err(|e| format!("dropout states: {e:?}"))?;
-    let (ptr, sync) = buffer.device_ptr(&gpu.stream);
-    // SAFETY: `ptr` points to `size` bytes of device memory kept alive in `Dropout` next to
-    // the descriptor; the call initializes the generator on the handle's stream, which is
-    // the buffer's.
-    check("cudnnSetDropoutDescriptor", unsafe {
-        sys::cudnnSetDropoutDescriptor(
-            dropout.0,
-            handle,
-            desc.dropout.probability as f32,
-            ptr as *mut c_void,
-            size,
-            desc.dropout.seed,
-        )
-    })
-    .map_err(err)?;
-    drop(sync);
-    Ok(Dropout {
-        desc: dropout,
-        _states: Some(buffer),
-    })
-}
-
-/// The network's RNN descriptor and weight plan (no probe: [`Cache`] decides that).
-fn build_network(
-    gpu: &Gpu,
-    desc: &RnnDescriptor,
-    key: &NetKey,
-    dropout: &Rc<Dropout>,
-) -> Result<Network, String> {
-    let err = cudnn_err;
-    let (data_type, ..) =
-        descriptors::data_types(key.dtype, key.tf32).ok_or("unsupported dtype")?;
-    let elem = key.dtype.size();
-    let handle = gpu.handle.raw;
-    let rnn =
-        descriptors::rnn_descriptor(&desc.spec, key.dtype, key.tf32, key.algo, &dropout.desc)?;
-    if let Some(batch) = key.dynamic_batch {
-        let batch = descriptors::int(batch, "batch_size")?;
-        // SAFETY: live handle and descriptor (set above with PERSIST_DYNAMIC); cuDNN
-        // compiles the persistent kernel for this batch size into the descriptor.
-        check("cudnnBuildRNNDynamic", unsafe {
-            sys::cudnnBuildRNNDynamic(handle, rnn.0, batch)
-        })
-        .map_err(err)?;
-    }
-    let mut weight_space_bytes = 0usize;
-    // SAFETY: live handle and descriptor, valid out pointer.
-    check("cudnnGetRNNWeightSpaceSize", unsafe {
-        sys::cudnnGetRNNWeightSpaceSize(handle, rnn.0, &mut weight_space_bytes)
-    })
-    .map_err(err)?;
-    let plan = weight_plan(gpu, &rnn, &desc.spec, weight_space_bytes, elem)?;
-    Ok(Network {
-        rnn,
-        _dropout: dropout.clone(),
-        dtype: key.dtype,
-        data_type,
-        weight_space_bytes,
-        plan,
-        algo: key.algo,
-        tf32: key.tf32,
-    })
-}
-
-/// The data descriptors, device lengths and temporary sizes of one call shape.
-fn build_call(gpu: &Gpu, net: &Rc<Network>, desc: &RnnDescriptor) -> Result<Prepared, String> {
-    let err = cudnn_err;
-    let io = descriptors::call_descriptors(desc, net.data_type)?;
-    let (mut work_inference, mut work_training, mut reserve_bytes, mut unused) = (0, 0, 0, 0);
-    // SAFETY: live handle and descriptors, valid out pointers.
-    check("cudnnGetRNNTempSpaceSizes", unsafe {
-        sys::cudnnGetRNNTempSpaceSizes(
-            gpu.handle.raw,
-            net.rnn.0,
-            sys::cudnnForwardMode_t::CUDNN_FWD_MODE_INFERENCE,
-            io.x.0,
-            &mut work_inference,
-            &mut unused,
-        )
-    })
-    .map_err(err)?;
-    // SAFETY: as above.
-    check("cudnnGetRNNTempSpaceSizes", unsafe {
-        sys::cudnnGetRNNTempSpaceSizes(
-            gpu.handle.raw,
-            net.rnn.0,
-            sys::cudnnForwardMode_t::CUDNN_FWD_MODE_TRAINING,
-            io.x.0,
-            &mut work_training,
-            &mut reserve_bytes,
-        )
-    })
-    .map_err(err)?;
-    let dev_lengths = gpu
-        .stream
-        .clone_htod(&io.seq_lengths)
-        .map_err(|e| format!("sequence lengths: {e:?}"))?;
-    Ok(Prepared {
-        net: net.clone(),
-        io,
-        dev_lengths,
-        work_inference,
-        work_training,
-        reserve_bytes,
-    })
-}
-
-/// Runs `pass` of a call shape on zeros: the inference forward, or the training forward
-/// and both backward calls. cuDNN may refuse a network, dtype or shape (BF16 on some
-/// versions and GPUs; a persistent kernel's size limits) only when it executes, and a
-/// refusal found here means another algorithm or the reference path instead of a panic
-/// in the middle of a user's step.
-fn probe(gpu: &Gpu, p: &Prepared, desc: &RnnDescriptor, pass: Pass) -> Result<(), String> {
-    let net = &p.net;
-    let training = pass == Pass::Training;
-    let elem = net.dtype.size();
-    let bytes = |shape: [usize; 3]| shape.iter().product::<usize>() * elem;
-    let alloc = |bytes: usize| {
-        gpu.stream
-            .alloc_zeros::<u8>(bytes.max(1))
-            .map_err(|e| format!("probe buffer: {e:?}"))
-    };
-    // A value and, in training, its gradient.
-    let pair = |bytes: usize| -> Result<_, String> {
-        Ok((alloc(bytes)?, training.then(|| alloc(bytes)).transpose()?))
-    };
-    let (x, dx) = pair(bytes(desc.input_shape()))?;
-    let (y, dy) = pair(bytes(desc.output_shape()))?;
-    let (hy, dhx) = pair(bytes(desc.hidden_shape()))?;
-    let (cy, dcx) = pair(bytes(desc.cell_shape()))?;
-    let (w, dw) = pair(net.weight_space_bytes)?;
-    let work = alloc(if training {
-        p.work_training
-    } else {
-        p.work_inference
-    })?;
-    let reserve = training.then(|| alloc(p.reserve_bytes)).transpose()?;
-    let lstm = desc.spec.mode.has_cell_state();
-    let ptr = |s: &CudaSlice<u8>| s.device_ptr(&gpu.stream).0 as *mut c_void;
-    let opt = |s: &Option<CudaSlice<u8>>| s.as_ref().map_or(ptr::null_mut(), ptr);
-    let b = Buffers {
-        lengths: p.dev_lengths.device_ptr(&gpu.stream).0 as *const c_int,
-        x: ptr(&x),
-        y: ptr(&y),
-        hy: ptr(&hy),
-        cy: if lstm { ptr(&cy) } else { ptr::null_mut() },
-        w: ptr(&w),
-        work: ptr(&work),
-        reserve: opt(&reserve),
-        dx: opt(&dx),
-        dy: opt(&dy),
-        dhx: opt(&dhx),
-        dcx: if lstm { opt(&dcx) } else { ptr::null_mut() },
-        dw: opt(&dw),
-        ..Buffers::null()
-    };
-    let handle = gpu.handle.raw;
-    // Stops at the first refusal; the stream is synchronized before the buffers drop, also
-    // when a call fails.
-    let run = || -> Result<(), CudnnError> {
-        // SAFETY (the three calls): every buffer of `b` the call reads or writes is a live
-        // cudarc allocation on the handle's stream (the lengths: `p.dev_lengths`), sized
-        // from the descriptors of `p` and the network's sizes (the workspace for this
-        // pass; the gradients and the reserve exist in training, the only pass that uses
-        // them), and dropped only after the stream is synchronized below; `hx`, `cx`,
-        // `dhy` and `dcy` are null (zeros); the context is current (`bound_state`). They
-        // run in order on one stream, and `dw` starts at zero.
-        check("cudnnRNNForward", unsafe {
-            calls::run_forward(handle, p, &b, training)
-        })?;
-        if training {
-            // SAFETY: as above.
-            check("cudnnRNNBackwardData_v8", unsafe {
-                calls::run_backward_data(handle, p, &b)
-            })?;
-            // SAFETY: as above.
-            check("cudnnRNNBackwardWeights_v8", unsafe {
-                calls::run_backward_weights(handle, p, &b)
-            })?;
-        }
-        Ok(())
-    };
-    let ran = run();
-    let synced = gpu.sync();
-    ran.map_err(cudnn_err)?;
-    synced.map_err(|e| format!("probe: CUDA stream synchronize failed: {e:?}"))
-}
-
-/// Reads cuDNN's weight-space layout and plans the canonical ↔ cuDNN mapping (Note
-/// [Weight space verification]).
-fn weight_plan(
-    gpu: &Gpu,
-    rnn: &RnnDesc,
-    spec: &RnnSpec,
-    space_bytes: usize,
-    elem: usize,
-) -> Result<WeightPlan, String> {
-    let err = cudnn_err;
-    if space_bytes % elem != 0 {
-        return Err(format!(
-            "weight space of {space_bytes} bytes is not whole elements"
-        ));
-    }
-    // cudnnGetRNNWeightParams returns addresses inside a weight space: give it a real one.
-    let space = gpu
-        .stream
-        .alloc_zeros::<u8>(space_bytes.max(1))
-        .map_err(|e| format!("weight space probe: {e:?}"))?;
-    let (base, _sync) = space.device_ptr(&gpu.stream);
-    let m_desc = TensorDesc::new().map_err(err)?;
-    let b_desc = TensorDesc::new().map_err(err)?;
-    let mut slots = Vec::new();
-    for pseudo in 0..spec.num_pseudo_layers() {
-        for (lin_id, ..) in weights::lin_ids(spec.mode, spec.proj_size.is_some()) {
-            let (mut m_addr, mut b_addr): (*mut c_void, *mut c_void) =
-                (ptr::null_mut(), ptr::null_mut());
-            // SAFETY: live handle and descriptors; `base` is a device buffer of
-            // `space_bytes`; cuDNN only computes addresses inside it and fills the two
-            // tensor descriptors.
-            check("cudnnGetRNNWeightParams", unsafe {
-                sys::cudnnGetRNNWeightParams(
-                    gpu.handle.raw,
-                    rnn.0,
-                    pseudo as c_int,
-                    space_bytes,
-                    base as *const c_void,
-                    lin_id as c_int,
-                    m_desc.0,
-                    &mut m_addr,
-                    b_desc.0,
-                    &mut b_addr,
-                )
-            })
-            .map_err(err)?;
-            let slot =
-                |addr: *mut c_void, desc: &TensorDesc| -> Result<Option<(usize, usize)>, String> {
-                    if addr.is_null() {
-                        return Ok(None);
-                    }
-                    let offset = (addr as u64)
-                        .checked_sub(base)
-                        .ok_or("cuDNN reported an address before its weight space")?
-                        as usize;
-                    if offset % elem != 0 {
-                        return Err(format!(
-                            "cuDNN reported a weight at byte {offset}, not a whole element"
-                        ));
-                    }
-                    Ok(Some((
-                        offset / elem,
-                        descriptors::tensor_len(desc).map_err(err)?,
-                    )))
-                };
-            slots.push(WeightSlot {
-                pseudo_layer: pseudo,
-                lin_id,
-                matrix: slot(m_addr, &m_desc)?,
-                bias: slot(b_addr, &b_desc)?,
-            });
-        }
-    }
-    weights::plan(&RnnLayout::new(*spec), &slots, space_bytes / elem)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{FusedRnnConfig, RnnMode};
-    use crate::cudnn::RnnAlgorithm;
+    use crate::cudnn::algorithm::{self, DeviceInfo, RnnAlgorithm};
+    use crate::cudnn::ffi::CudnnError;
     use crate::descriptor::DropoutSpec;
+    use cudarc::cudnn::sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED;
     use std::collections::HashSet;
 
     const H100: DeviceInfo = DeviceInfo {
@@ -944,7 +377,7 @@ mod tests {
         type Network = FakeNet;
         type Call = (NetKey, usize);
 
-        fn dropout(&mut self, _: &RnnDescriptor) -> Result<usize, String> {
+        fn dropout(&mut self, _: &RnnDescriptor) -> Result<usize, Error> {
             self.dropouts += 1;
             self.log.push(format!("dropout {}", self.dropouts));
             Ok(self.dropouts)
@@ -955,16 +388,12 @@ mod tests {
             key: &NetKey,
             _: &RnnDescriptor,
             dropout: &Rc<usize>,
-        ) -> Result<FakeNet, String> {
+        ) -> Result<FakeNet, Error> {
             self.log.push(format!("network {}", key.algo.public()));
             Ok(FakeNet(key.clone(), **dropout))
         }
 
-        fn call(
-            &mut self,
-            net: &Rc<FakeNet>,
-            d: &RnnDescriptor,
-        ) -> Result<(NetKey, usize), String> {
+        fn call(&mut self, net: &Rc<FakeNet>, d: &RnnDescriptor) -> Result<(NetKey, usize), Error> {
             self.log
                 .push(format!("call {} B{}", net.0.algo.public(), d.batch_size));
             Ok((net.0.clone(), d.batch_size))
@@ -975,12 +404,18 @@ mod tests {
             call: &(NetKey, usize),
             _: &RnnDescriptor,
             pass: Pass,
-        ) -> Result<(), String> {
+        ) -> Result<(), Error> {
             let algo = call.0.algo;
             self.log
                 .push(format!("probe {} {pass:?} B{}", algo.public(), call.1));
             if self.refuse.contains(&(algo, pass)) {
-                return Err("refused".into());
+                return Err(Error::Cudnn {
+                    error: CudnnError {
+                        call: "cudnnRNNForward",
+                        status: CUDNN_STATUS_NOT_SUPPORTED,
+                    },
+                    text: "the fake refuses".into(),
+                });
             }
             Ok(())
         }

@@ -306,6 +306,38 @@ impl Span {
     pub(crate) fn stop(mut self, op: Op, phase: Phase) {
         self.lap(op, phase);
     }
+
+    /// [`Span::stop`] when there is an op to count it under.
+    pub(crate) fn stop_for(self, op: Option<Op>, phase: Phase) {
+        if let Some(op) = op {
+            self.stop(op, phase);
+        }
+    }
+}
+
+/// The consecutive host phases of one op: each [`Laps::lap`] records the time since the
+/// previous one under the op (free when timing is off).
+#[derive(Debug)]
+pub(crate) struct Laps {
+    op: Op,
+    span: Span,
+}
+
+impl Laps {
+    pub(crate) fn start(op: Op) -> Self {
+        Self {
+            op,
+            span: Span::start(),
+        }
+    }
+
+    pub(crate) fn lap(&mut self, phase: Phase) {
+        self.span.lap(self.op, phase);
+    }
+
+    pub(crate) fn op(&self) -> Op {
+        self.op
+    }
 }
 
 #[cfg(test)]
