@@ -16,13 +16,13 @@ use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
 use super::cell;
-use super::forward::{
-    direction_threads, dropped, for_rows, gemm_threads, per_direction, step_rows, step_threads,
-    Inputs, PARALLEL_WORK,
-};
 use super::gemm::{gemm, Mat, MatMut};
 use super::packed::{Lane, Packed};
+use super::plan::{dropped, row_step, step_rows, Inputs};
 use super::plan::{state_of, CellWeights, Plan, ReserveLayout};
+use super::schedule::{
+    direction_threads, for_rows, gemm_threads, per_direction, step_threads, PARALLEL_WORK,
+};
 use super::simd::dispatch;
 use crate::config::RnnMode;
 use crate::layout::ParamKind;
@@ -493,7 +493,7 @@ pub(crate) fn backward<T: Lane>(
     let x: &[T] = if plan.padded {
         let mut copy = inputs.x.to_vec();
         for (row, dst) in copy.chunks_mut(spec.d_input).enumerate() {
-            let (t, b) = super::forward::row_step(plan, row);
+            let (t, b) = row_step(plan, row);
             if !plan.valid(t, b) {
                 dst.fill(T::ZERO);
             }

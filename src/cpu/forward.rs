@@ -1,11 +1,26 @@
 //! The forward pass on host slices: layers, directions, steps.
 //!
-//! Per layer and direction: ONE GEMM projects the input of every step (`[T·B, in] ·
-//! W_ih^T`), then per step ONE recurrent GEMM (`[B, P] · W_hh^T`) and ONE fused pass over
-//! the gates (`super::cell`): activations, cell update, output write and the
-//! variable-length select. The two directions of a layer run concurrently on rayon's pool,
-//! each with half the threads; within a direction, a step's GEMM and its element-wise pass
-//! split over the threads when the step is big enough to pay for it.
+//! # Note [Fused step]
+//!
+//! Per layer and direction, `[W_ih | W_hh]` is packed once (Note [Packed weights] in
+//! `super::packed`); then each step is ONE pass of the register-blocked kernel over the
+//! rows `[x_t | h_{t-1}]` of its sequences, tile by tile (a few rows × the gates of `L` or
+//! `4L` units), and each tile's pre-activations go straight, while in registers and L1,
+//! into the cell update of those units (`super::cell`): bias, activations, cell state, the
+//! new `h`, the output row, and when training the reserve's gate row. Nothing of size
+//! `[T·B, G·H]` exists: the input is projected step by step inside the same product, so
+//! inference keeps no buffer that grows with `T`, and a training forward writes only what
+//! the reserve keeps.
+//!
+//! - **Threads**: a step's rows split into one contiguous chunk per thread when the batch
+//!   has at least 4 rows and the step at least 2^17 multiply-adds; each thread runs the
+//!   product and the cell update of its rows, so the only synchronisation is the end of
+//!   the step. The two directions of a layer run concurrently, each with half the threads.
+//! - **Padding**: a row past its sequence's length holds its state and writes a zero
+//!   output (Note [Padding never leaks] in [`crate::reference`]); its product is computed
+//!   with its tile and ignored.
+//! - **Projection** (LSTM `proj_size`): the cell writes `o ∘ tanh(c')`, then one GEMM per
+//!   step projects the rows and the select runs on the result.
 
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
@@ -14,25 +29,11 @@ use super::cell;
 use super::float::Float;
 use super::gemm::{gemm, Mat, MatMut};
 use super::packed::{Lane, Packed, SLOTS};
-use super::plan::{state_of, CellWeights, Plan, ReserveLayout};
-use super::simd::{dispatch, SimdLevel};
+use super::plan::{dropped, state_of, step_rows, CellWeights, Inputs, Plan, ReserveLayout};
+use super::schedule::{direction_threads, gemm_threads, per_direction, step_threads};
+use super::simd::dispatch;
 use crate::config::RnnMode;
-use crate::reference::dropout::LayerMask;
-
-/// The inputs of one call, on the host, in the compute type.
-pub(crate) struct Inputs<'a, T> {
-    /// `[T·B, I]` rows (Note [Rows] in `super::plan`).
-    pub(crate) x: &'a [T],
-    /// `[L·D, B, P]`.
-    pub(crate) h0: Option<&'a [T]>,
-    /// `[L·D, B, H]`.
-    pub(crate) c0: Option<&'a [T]>,
-    /// Flat canonical params.
-    pub(crate) w: &'a [T],
-    /// Each pseudo-layer's weights already packed (Note [Packed weights across calls] in
-    /// `super::prepared`); packed per call when `None`.
-    pub(crate) packed: Option<&'a [Packed<T>]>,
-}
+use crate::op_types::ReserveTag;
 
 /// The outputs of one call.
 pub(crate) struct Outputs<T> {
@@ -42,68 +43,6 @@ pub(crate) struct Outputs<T> {
     pub(crate) h_n: Vec<T>,
     /// `[L·D, B, H]` (LSTM).
     pub(crate) c_n: Option<Vec<T>>,
-}
-
-/// Work below this many multiply-adds per step runs on one thread: splitting it costs more
-/// than it saves (a rayon join is a few microseconds).
-pub(crate) const PARALLEL_WORK: usize = 1 << 17;
-
-/// Threads for a GEMM of `m · n · k` multiply-adds, out of `threads`.
-pub(crate) fn gemm_threads(threads: usize, m: usize, n: usize, k: usize) -> usize {
-    if m.saturating_mul(n).saturating_mul(k) >= PARALLEL_WORK {
-        threads
-    } else {
-        1
-    }
-}
-
-/// Runs `f` over `items`, in parallel chunks when `parallel`, inside [`dispatch`] so that
-/// the element-wise loops compile for the call's SIMD level (Note [SIMD levels] in
-/// `super::simd`).
-///
-/// `f` must be an `#[inline(always)]` closure: the loop reaches the CPU's features only
-/// where `f` is inlined into pulp's `#[target_feature]` function. A struct implementing
-/// `WithSimd` does this; a plain closure passed to `dispatch` would go through a
-/// `FnOnce::call_once` shim that is not inlined, and run at the baseline SSE2 width
-/// (measured: half the speed of the AVX2 loop at `H = 256`).
-pub(crate) fn for_rows<I: Send, F: Fn(&mut I) + Sync>(
-    level: SimdLevel,
-    items: &mut [I],
-    parallel: bool,
-    f: F,
-) {
-    struct Rows<'a, I, F> {
-        items: &'a mut [I],
-        f: &'a F,
-    }
-
-    impl<I, F: Fn(&mut I)> WithSimd for Rows<'_, I, F> {
-        type Output = ();
-
-        #[inline(always)]
-        fn with_simd<S: Simd>(self, _simd: S) {
-            for item in self.items.iter_mut() {
-                (self.f)(item);
-            }
-        }
-    }
-
-    let run = |chunk: &mut [I]| {
-        dispatch(
-            level,
-            Rows {
-                items: chunk,
-                f: &f,
-            },
-        )
-    };
-    if parallel && items.len() > 1 {
-        let threads = rayon::current_num_threads().max(1);
-        let chunk = items.len().div_ceil(threads);
-        items.par_chunks_mut(chunk).for_each(run);
-    } else {
-        run(items);
-    }
 }
 
 /// `G·H` biases folded into the input projection: `b_ih + b_hh`, except GRU's `n` block,
@@ -141,16 +80,6 @@ fn split_directions<T>(out: &mut [T], nd: usize, p: usize) -> Vec<OutRows<'_, T>
         }
     }
     parts
-}
-
-/// The `B` entries of step `t` in a per-row list (Note [Rows] in `super::plan`), in batch
-/// order.
-pub(crate) fn step_rows<'s, R>(plan: &Plan<'_>, rows: &'s mut [R], t: usize) -> Vec<&'s mut R> {
-    if plan.desc.batch_first {
-        rows.iter_mut().skip(t).step_by(plan.t).collect()
-    } else {
-        rows[t * plan.b..(t + 1) * plan.b].iter_mut().collect()
-    }
 }
 
 /// One sequence at one step: what the fused step reads and writes.
@@ -345,16 +274,6 @@ impl<T: Lane> Direction<'_, T> {
     }
 }
 
-/// Threads for one step of `batch` rows: the rows split over the threads when each gets
-/// at least two rows and the step is big enough to pay for a join (Note [Fused step]).
-pub(crate) fn step_threads(threads: usize, batch: usize, gh: usize, k: usize) -> usize {
-    if threads > 1 && batch >= 4 && batch * gh * k >= PARALLEL_WORK {
-        threads.min(batch / 2)
-    } else {
-        1
-    }
-}
-
 /// The fused step over some rows of the batch, at one SIMD level (Note [Fused step]).
 struct FusedStep<'r, 'a, T, const TRAIN: bool> {
     rows: &'r mut [StepRow<'a, T>],
@@ -476,57 +395,6 @@ fn lanes_of<S: Simd, T: Lane>() -> usize {
     T::lanes::<S>()
 }
 
-/// Applies layer `layer`'s dropout mask to its input (Note [Dropout masks] in
-/// `crate::reference`): a copy of `input` with every element scaled by its mask factor.
-pub(crate) fn dropped<T: Float>(plan: &Plan<'_>, layer: usize, input: &[T]) -> Vec<T> {
-    let mask = LayerMask::new(plan.desc, layer);
-    let f = plan.nd * plan.p;
-    let mut out = vec![T::ZERO; input.len()];
-    for (row, (dst, src)) in out.chunks_mut(f).zip(input.chunks(f)).enumerate() {
-        let (t, b) = row_step(plan, row);
-        let base = (t * plan.b + b) * f;
-        for (k, (d, &s)) in dst.iter_mut().zip(src).enumerate() {
-            *d = s * T::from_f64(mask.factor(base + k));
-        }
-    }
-    out
-}
-
-/// `(t, b)` of a row (Note [Rows] in `super::plan`).
-pub(crate) fn row_step(plan: &Plan<'_>, row: usize) -> (usize, usize) {
-    if plan.desc.batch_first {
-        (row % plan.t, row / plan.t)
-    } else {
-        (row / plan.b, row % plan.b)
-    }
-}
-
-/// Runs `jobs` (one per direction): concurrently on rayon's pool when there are two and
-/// more than one thread, else in order.
-pub(crate) fn per_direction<J: Send, R: Send>(
-    plan: &Plan<'_>,
-    mut jobs: Vec<J>,
-    run: impl Fn(J) -> R + Sync,
-) -> Vec<R> {
-    if jobs.len() == 2 && plan.threads > 1 {
-        let second = jobs.pop().expect("two jobs");
-        let first = jobs.pop().expect("two jobs");
-        let (a, b) = rayon::join(|| run(first), || run(second));
-        vec![a, b]
-    } else {
-        jobs.into_iter().map(run).collect()
-    }
-}
-
-/// Threads for each direction of a layer.
-pub(crate) fn direction_threads(plan: &Plan<'_>) -> usize {
-    if plan.nd == 2 {
-        plan.threads.div_ceil(2)
-    } else {
-        plan.threads
-    }
-}
-
 /// The forward pass. `training` keeps the reserve (Note [Native reserve] in
 /// `super::plan`) and applies dropout; `keep_last` keeps the last layer's output in it.
 pub(crate) fn forward<T: Lane>(
@@ -540,7 +408,11 @@ pub(crate) fn forward<T: Lane>(
     let layers = spec.num_layers;
     let keep_last = training && keep_last;
     let layout = training.then(|| ReserveLayout::new(plan.desc, keep_last));
-    let mut reserve = layout.as_ref().map(|l| vec![T::ZERO; l.len]);
+    // Tagged (Note [Reserve tag] on `crate::op_types::ReserveTag`): a few elements past the
+    // layout, never read.
+    let mut reserve = layout
+        .as_ref()
+        .map(|l| vec![T::ZERO; ReserveTag::NativeCpu.tagged_len(l.len)]);
     let mut y = vec![T::ZERO; if keep_last { 0 } else { rows * nd * p }];
     let mut h_n = vec![T::ZERO; layers * nd * batch * p];
     let mut c_n = (spec.mode == RnnMode::Lstm).then(|| vec![T::ZERO; layers * nd * batch * h]);
@@ -549,7 +421,7 @@ pub(crate) fn forward<T: Lane>(
         let (mut gate_blocks, mut out_blocks): (Blocks<'_, T>, Blocks<'_, T>) =
             match (&layout, reserve.as_deref_mut()) {
                 (Some(layout), Some(buf)) => {
-                    let (g, o) = layout.split(buf);
+                    let (g, o) = layout.split(&mut buf[..layout.len]);
                     (g.into_iter().map(Some).collect(), o)
                 }
                 _ => (Vec::new(), Vec::new()),

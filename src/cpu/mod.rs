@@ -4,18 +4,24 @@
 //! The reference ([`crate::reference`]) composes Burn tensor ops, one small op after
 //! another per step. This kernel runs the same math directly on host slices:
 //!
-//! - **GEMMs from `gemm`** (Note [GEMM crate] in `gemm`): per layer and direction ONE
-//!   GEMM projects the input of every step, then per step ONE recurrent GEMM, straight into
-//!   ONE fused element-wise pass over the gates (`cell`): activations, cell update, output
-//!   write and the variable-length select. The backward scan is the mirror image, and the
-//!   weight gradients are GEMMs over all steps at once.
+//! - **One fused pass per step** (Note [Fused step] in `forward`): per layer and
+//!   direction, `[W_ih | W_hh]` is packed once per call (Note [Packed weights] in
+//!   `packed`), and each step is one pass of a register-blocked kernel over `[x_t |
+//!   h_{t-1}]` whose tiles go straight into the cell update (`cell`): activations, cell
+//!   state, output write and the variable-length select. One-step calls (decoding) keep
+//!   their packed weights (Note [Packed weights across calls] in `prepared`).
+//! - **The backward** mirrors it: per step one fused element-wise pass and one product
+//!   `dg · W_hh` through the same kernel (`W_hh` packed once); the weight and input
+//!   gradients are GEMMs over all steps from the `gemm` crate (Note [GEMM crate] in
+//!   `gemm`).
 //! - **Threads from rayon's pool** (sized by `RAYON_NUM_THREADS`, else the cores): the
-//!   two directions of a layer run concurrently; the GEMMs split over the threads, and so
-//!   does a step's element-wise pass when the step is big enough. Nothing is spawned per
-//!   call or per step.
-//! - **SIMD**: the element-wise loops run inside `pulp::Arch::dispatch`, compiled for AVX2
-//!   or AVX-512 where the CPU has them, with branch-free activations (Note [Activations]
-//!   in `float`).
+//!   two directions of a layer run concurrently; a step's rows split over the threads when
+//!   the step is big enough, and the large GEMMs split too. Nothing is spawned per call or
+//!   per step.
+//! - **SIMD** (Note [SIMD levels] in `simd`): every loop is written once over pulp's
+//!   vector types or as plain slices, and runs at AVX-512, AVX2 or a portable level, picked
+//!   once per call (forced in the tests, so that every level runs on every machine), with
+//!   branch-free activations (Note [Activations] in `float`).
 //! - **A compact reserve** (Note [Native reserve] in `plan`): the activated gates (and the
 //!   LSTM cell state) of every step, about what cuDNN keeps; the backward writes the
 //!   gradients over it in place.
@@ -44,6 +50,7 @@ mod gemm;
 mod packed;
 mod plan;
 mod prepared;
+mod schedule;
 pub(crate) mod simd;
 
 use std::borrow::Cow;
@@ -53,9 +60,11 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Element, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::ReserveTag;
 use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use packed::Lane;
 use plan::Plan;
+use schedule::in_pool;
 
 pub(crate) use plan::reserve_len;
 
@@ -126,10 +135,14 @@ fn compute(dtype: DType) -> (DType, bool) {
 }
 
 /// The reserve's shapes and dtypes (`FusedRnnBackend::fused_rnn_reserve_layout`): one 1-D
+/// buffer, tagged (Note [Reserve tag] on `crate::op_types::ReserveTag`),
 /// buffer of the compute dtype (Note [Native reserve] in `plan`).
 pub(crate) fn reserve_layout(desc: &RnnDescriptor, dtype: DType) -> Vec<(Vec<usize>, DType)> {
     let (compute, half) = compute(dtype);
-    vec![(vec![reserve_len(desc, half)], compute)]
+    vec![(
+        vec![ReserveTag::NativeCpu.tagged_len(reserve_len(desc, half))],
+        compute,
+    )]
 }
 
 /// Inference forward.
@@ -177,14 +190,14 @@ fn forward_in<B: HostBackend, T: Host>(
         }
         _ => None,
     };
-    let host = forward::Inputs {
+    let host = plan::Inputs {
         x: &x,
         h0: h0.as_deref(),
         c0: c0.as_deref(),
         w: &w,
         packed: packed.as_deref().map(Vec::as_slice),
     };
-    let (out, reserve) = forward::forward(&plan, &host, training, half);
+    let (out, reserve) = in_pool(|| forward::forward(&plan, &host, training, half));
     let output = RnnOutput {
         y: tensor::<B, T>(out.y, &desc.output_shape(), dtype, &device),
         h_n: tensor::<B, T>(out.h_n, &desc.hidden_shape(), dtype, &device),
@@ -221,9 +234,17 @@ pub(crate) fn backward<B: HostBackend>(
         .iter()
         .map(|t| (t.shape().to_vec(), t.dtype()))
         .collect();
+    let writer = match got.first() {
+        Some((shape, _)) if shape.len() == 1 => match ReserveTag::of_len(shape[0]) {
+            Some(ReserveTag::NativeCpu) => "the native CPU kernel",
+            Some(ReserveTag::Cudnn { .. }) => "cuDNN",
+            None => "no tagged implementation",
+        },
+        _ => "no tagged implementation (the reference's reserve has 3-D tensors)",
+    };
     assert!(
         got == expected,
-        "expected reserve to be the native CPU kernel's training-forward reserve for this call, {expected:?}, got {got:?}"
+        "expected reserve to be the native CPU kernel's training-forward reserve for this call, {expected:?}, got {got:?} (tagged by {writer})"
     );
     match compute(dtype).0 {
         DType::F64 => backward_in::<B, f64>(desc, inputs, output, reserve, grads),
@@ -262,7 +283,7 @@ fn backward_in<B: HostBackend, T: Host>(
             .expect("checked: one tensor"),
     );
     let plan = Plan::new(desc);
-    let host = forward::Inputs {
+    let host = plan::Inputs {
         x: &x,
         h0: h0.as_deref(),
         c0: None,
@@ -274,7 +295,9 @@ fn backward_in<B: HostBackend, T: Host>(
         dh_n: dh_n.as_deref(),
         dc_n: dc_n.as_deref(),
     };
-    let g = backward::backward(&plan, &host, &y, &mut reserve, half, &out_grads);
+    let payload = reserve_len(desc, half);
+    let g =
+        in_pool(|| backward::backward(&plan, &host, &y, &mut reserve[..payload], half, &out_grads));
     drop(reserve);
     RnnGrads {
         dx: tensor::<B, T>(g.dx, &desc.input_shape(), dtype, &device),
@@ -383,7 +406,8 @@ mod flex_impl {
 
 #[cfg(test)]
 mod tests {
-    use super::forward::{forward, Inputs};
+    use super::forward::forward;
+    use super::plan::Inputs;
     use super::plan::Plan;
     use crate::{DropoutSpec, FusedRnnConfig, RnnDescriptor, RnnMode};
 

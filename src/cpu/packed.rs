@@ -253,25 +253,28 @@ impl<T: Lane> Packed<T> {
         (self.ka * va + self.kb * vb) * self.lanes
     }
 
-    /// Writes every panel from `value(segment, column of M, k)`.
+    /// Writes every panel from `value(segment, column of M, k)`, in the panel's own order
+    /// (its writes are sequential; its reads walk `V·L` rows of `M` side by side, which
+    /// stay in cache from one `k` to the next).
     fn fill(&mut self, value: impl Fn(usize, usize, usize) -> T) {
         let (va, vb) = self.vectors();
         let (lanes, panel_len) = (self.lanes, self.panel_len());
         let mut data = vec![T::ZERO; self.panels * panel_len];
+        let mut columns = Vec::with_capacity(SLOTS * lanes);
         for (j, panel) in data
             .chunks_mut(panel_len.max(1))
             .enumerate()
             .take(self.panels)
         {
             let (seg_a, seg_b) = panel.split_at_mut(self.ka * va * lanes);
-            for (segment, buf, k, vectors) in [(0, seg_a, self.ka, va), (1, seg_b, self.kb, vb)] {
-                for v in 0..vectors {
-                    for lane in 0..lanes {
-                        let Some(col) = self.column_of(j, v, lane) else {
-                            continue;
-                        };
-                        for kk in 0..k {
-                            buf[(kk * vectors + v) * lanes + lane] = value(segment, col, kk);
+            for (segment, buf, vectors) in [(0, seg_a, va), (1, seg_b, vb)] {
+                columns.clear();
+                columns
+                    .extend((0..vectors * lanes).map(|i| self.column_of(j, i / lanes, i % lanes)));
+                for (kk, dst) in buf.chunks_exact_mut(vectors * lanes).enumerate() {
+                    for (d, col) in dst.iter_mut().zip(&columns) {
+                        if let Some(col) = *col {
+                            *d = value(segment, col, kk);
                         }
                     }
                 }

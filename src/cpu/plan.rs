@@ -33,10 +33,13 @@
 
 use core::ops::Range;
 
+use super::float::Float;
+use super::packed::Packed;
 use super::simd::SimdLevel;
 use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
 use crate::layout::{ParamKind, RnnLayout};
+use crate::reference::dropout::LayerMask;
 
 /// Sizes and orders of one call.
 #[derive(Debug)]
@@ -271,4 +274,54 @@ pub(crate) fn reserve_len(desc: &RnnDescriptor, half: bool) -> usize {
 /// Pseudo-layer `idx`'s `len` elements of a state tensor `[L·D, B, ·]`, if there is one.
 pub(crate) fn state_of<T>(all: Option<&[T]>, idx: usize, len: usize) -> Option<&[T]> {
     all.map(|s| &s[idx * len..(idx + 1) * len])
+}
+
+/// The inputs of one call, on the host, in the compute type.
+pub(crate) struct Inputs<'a, T> {
+    /// `[T·B, I]` rows (Note [Rows] in `super::plan`).
+    pub(crate) x: &'a [T],
+    /// `[L·D, B, P]`.
+    pub(crate) h0: Option<&'a [T]>,
+    /// `[L·D, B, H]`.
+    pub(crate) c0: Option<&'a [T]>,
+    /// Flat canonical params.
+    pub(crate) w: &'a [T],
+    /// Each pseudo-layer's weights already packed (Note [Packed weights across calls] in
+    /// `super::prepared`); packed per call when `None`.
+    pub(crate) packed: Option<&'a [Packed<T>]>,
+}
+
+/// The `B` entries of step `t` in a per-row list (Note [Rows] in `super::plan`), in batch
+/// order.
+pub(crate) fn step_rows<'s, R>(plan: &Plan<'_>, rows: &'s mut [R], t: usize) -> Vec<&'s mut R> {
+    if plan.desc.batch_first {
+        rows.iter_mut().skip(t).step_by(plan.t).collect()
+    } else {
+        rows[t * plan.b..(t + 1) * plan.b].iter_mut().collect()
+    }
+}
+
+/// Applies layer `layer`'s dropout mask to its input (Note [Dropout masks] in
+/// `crate::reference`): a copy of `input` with every element scaled by its mask factor.
+pub(crate) fn dropped<T: Float>(plan: &Plan<'_>, layer: usize, input: &[T]) -> Vec<T> {
+    let mask = LayerMask::new(plan.desc, layer);
+    let f = plan.nd * plan.p;
+    let mut out = vec![T::ZERO; input.len()];
+    for (row, (dst, src)) in out.chunks_mut(f).zip(input.chunks(f)).enumerate() {
+        let (t, b) = row_step(plan, row);
+        let base = (t * plan.b + b) * f;
+        for (k, (d, &s)) in dst.iter_mut().zip(src).enumerate() {
+            *d = s * T::from_f64(mask.factor(base + k));
+        }
+    }
+    out
+}
+
+/// `(t, b)` of a row (Note [Rows] in `super::plan`).
+pub(crate) fn row_step(plan: &Plan<'_>, row: usize) -> (usize, usize) {
+    if plan.desc.batch_first {
+        (row % plan.t, row / plan.t)
+    } else {
+        (row / plan.b, row % plan.b)
+    }
 }

@@ -67,20 +67,19 @@
 //! default is [`RnnAlgorithm::Standard`], PyTorch's default too: the persistent algorithms
 //! have not been measured against it on this crate's benchmark yet (README, "GPU").
 //!
-//! # Note [Reserve tag]
+//! # Reserve tag
 //!
 //! cuDNN's reserve holds what its backward needs in a layout only the same RNN descriptor
 //! understands, so the backward must use the forward's network and call shape, even if
 //! [`super::set_algorithm`] or [`super::set_tf32`] changed in between. The reserve is one
-//! 1-D F32 buffer whose length carries them: its length is the reserve's size in F32
-//! elements rounded up to a multiple of 8, plus `2 * algorithm + tf32` (0..8). The
-//! backward reads the tag and takes the call shape its forward ran, from the per-thread
-//! cache of call shapes (keyed by the network, which the tag and the descriptor name, and
-//! the call shape), whatever algorithm the forward was asked for (`Auto` included). It
-//! never builds a network or probes when that entry is there; when it is gone (the cache
-//! was cleared), it rebuilds exactly the tagged network and call shape, without a probe,
-//! and panics with a clear message if cuDNN no longer builds them (never a silent
-//! mismatch).
+//! 1-D F32 buffer tagged with the algorithm and TF32 (Note [Reserve tag] on
+//! `crate::op_types::ReserveTag`, the crate's one scheme). The backward reads the tag and
+//! takes the call shape its forward ran, from the per-thread cache of call shapes (keyed
+//! by the network, which the tag and the descriptor name, and the call shape), whatever
+//! algorithm the forward was asked for (`Auto` included). It never builds a network or
+//! probes when that entry is there; when it is gone (the cache was cleared), it rebuilds
+//! exactly the tagged network and call shape, without a probe, and panics with a clear
+//! message if cuDNN no longer builds them (never a silent mismatch).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -89,6 +88,7 @@ use cudarc::cudnn::sys;
 
 use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::ReserveTag;
 
 /// The cuDNN RNN algorithm of the CUDA backend ([`super::set_algorithm`]; Note [RNN
 /// algorithms] in this module's source, summarized in the README's GPU section).
@@ -342,15 +342,22 @@ fn persist_static_device(mode: RnnMode, h: usize, b: usize, t: usize, device: De
 }
 
 /// The reserve's length in F32 elements for `bytes` of cuDNN reserve, tagged with the
-/// algorithm and TF32 (Note [Reserve tag]).
+/// algorithm and TF32 (Note [Reserve tag] on `crate::op_types::ReserveTag`).
 pub(crate) fn tagged_reserve_len(bytes: usize, algo: Algo, tf32: bool) -> usize {
-    bytes.div_ceil(4).max(1).next_multiple_of(8) + 2 * algo.index() + usize::from(tf32)
+    let tag = ReserveTag::Cudnn {
+        algorithm: algo.index() as u8,
+        tf32,
+    };
+    tag.tagged_len(bytes.div_ceil(4))
 }
 
-/// The algorithm and TF32 setting a tagged reserve length carries.
-pub(crate) fn reserve_tag(len: usize) -> (Algo, bool) {
-    let tag = len % 8;
-    (Algo::ALL[tag / 2], tag % 2 == 1)
+/// The algorithm and TF32 setting a tagged reserve length carries; `None` when the length
+/// is not a cuDNN reserve's.
+pub(crate) fn reserve_tag(len: usize) -> Option<(Algo, bool)> {
+    match ReserveTag::of_len(len)? {
+        ReserveTag::Cudnn { algorithm, tf32 } => Some((Algo::ALL[usize::from(algorithm)], tf32)),
+        _ => None,
+    }
 }
 
 static CALLS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
@@ -458,8 +465,8 @@ mod tests {
                 for tf32 in [false, true] {
                     let len = tagged_reserve_len(bytes, algo, tf32);
                     assert!(len * 4 >= bytes, "{bytes} bytes, got {len} elements");
-                    assert!(len < bytes.div_ceil(4) + 16);
-                    assert_eq!(reserve_tag(len), (algo, tf32), "{bytes} bytes");
+                    assert!(len < bytes.div_ceil(4) + 32);
+                    assert_eq!(reserve_tag(len), Some((algo, tf32)), "{bytes} bytes");
                 }
             }
         }

@@ -22,14 +22,13 @@ use crate::descriptor::RnnDescriptor;
 use crate::reference::{float, prim};
 
 /// The algorithm and TF32 setting of a cuDNN reserve (one 1-D F32 buffer, Note [Reserve
-/// tag]); `None` for the reference's reserve (3-D tensors).
+/// tag] on `crate::op_types::ReserveTag`); `None` for any other reserve (the reference's:
+/// 3-D tensors).
 pub(crate) fn cudnn_reserve_tag(
     reserve: &RnnReserve<impl Backend<FloatTensorPrimitive = CudaTensor>>,
 ) -> Option<(Algo, bool)> {
     match reserve.tensors.as_slice() {
-        [t] if shape(t).len() == 1 && t.dtype == DType::F32 => {
-            Some(algorithm::reserve_tag(shape(t)[0]))
-        }
+        [t] if shape(t).len() == 1 && t.dtype == DType::F32 => algorithm::reserve_tag(shape(t)[0]),
         _ => None,
     }
 }
