@@ -71,7 +71,7 @@ pub mod reference;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
-pub use backend::{FusedRnnBackend, RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
+pub use backend::FusedRnnBackend;
 pub use config::{FusedRnnConfig, InputMode, RnnMode, RnnSpec};
 pub use descriptor::{DropoutSpec, RnnDescriptor};
 pub use layout::{params_size, ParamKind, RnnLayout};
@@ -79,6 +79,7 @@ pub use module::{
     FileProblem, FusedRnn, FusedRnnLoadError, FusedRnnRecord, PreparedRnn, RnnCell, RnnCellRecord,
     RnnState, WeightsDigest,
 };
+pub use op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 pub use ops::{fused_rnn, reserve_bytes, FusedRnnOutput};
 
 /// The SIMD level of the native CPU kernel (NdArray, Flex): detected, set for a process by

@@ -2,8 +2,9 @@
 
 use burn::tensor::{DType, Tensor};
 
-use crate::backend::{FusedRnnBackend, RnnInputs};
+use crate::backend::FusedRnnBackend;
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::RnnInputs;
 use crate::reference::{float, prim};
 
 /// Result of [`fused_rnn`]: output sequence and final states.

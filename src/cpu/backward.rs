@@ -69,6 +69,8 @@ struct BackRow<'a, T> {
 /// The backward's step product over some rows, at one SIMD level.
 struct BackStep<'r, 'a, T> {
     rows: &'r mut [BackRow<'a, T>],
+    /// The rows laid out for the microkernel (reused from step to step).
+    lhs: &'r mut Vec<T>,
     packed: &'r Packed<T>,
 }
 
@@ -77,17 +79,16 @@ impl<T: Lane> WithSimd for BackStep<'_, '_, T> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let Self { rows, packed } = self;
-        let mut lhs = Vec::new();
+        let Self { rows, lhs, packed } = self;
         {
             let rows: &[BackRow<'_, T>] = rows;
-            packed.lay_out_rows::<S>(rows.len(), |r| (&[], rows[r].dg), &mut lhs);
+            packed.lay_out_rows::<S>(rows.len(), |r| (&[], rows[r].dg), lhs);
         }
         let width = packed.per_panel();
         let p = packed.n;
         packed.tiles(
             simd,
-            &lhs,
+            lhs,
             rows.len(),
             #[inline(always)]
             |first, count, panel, values| {
@@ -169,6 +170,8 @@ impl<T: Lane> Direction<'_, T> {
         let step_threads = step_threads(self.threads, batch, p, rec);
         // dg W_hh with W_hh packed once (Note [Packed weights] in `super::packed`).
         let packed = Packed::columns(plan.level, self.w.w_hh, rec, p);
+        // Per thread of a step: its rows laid out for the microkernel.
+        let mut lhs: Vec<Vec<T>> = (0..step_threads.max(1)).map(|_| Vec::new()).collect();
         // Columns of a gate row that hold gradients after the pass (GRU: 4H, Note [Native
         // reserve]); padded rows get zeros there.
         let grad_cols = if mode == RnnMode::Gru { 4 * h } else { rec };
@@ -301,19 +304,22 @@ impl<T: Lane> Direction<'_, T> {
                     })
                     .collect();
                 let chunk = batch.div_ceil(step_threads).max(1);
-                let run = |rows: &mut [BackRow<'_, T>]| {
+                let run = |(rows, lhs): (&mut [BackRow<'_, T>], &mut Vec<T>)| {
                     dispatch(
                         plan.level,
                         BackStep {
                             rows,
+                            lhs,
                             packed: &packed,
                         },
                     )
                 };
                 if step_threads > 1 {
-                    rows.par_chunks_mut(chunk).for_each(run);
+                    rows.par_chunks_mut(chunk)
+                        .zip(lhs.par_iter_mut())
+                        .for_each(run);
                 } else {
-                    run(&mut rows);
+                    run((&mut rows, &mut lhs[0]));
                 }
             }
         }

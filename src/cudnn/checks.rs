@@ -8,8 +8,8 @@ use burn_cubecl::{BoolElement, FloatElement, IntElement};
 use super::network::Prepared;
 use super::protocol::{shape, Cuda, CudaTensor};
 use super::weights::to_weight_space;
-use crate::backend::{RnnInputs, RnnOutput, RnnOutputGrads};
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::{RnnInputs, RnnOutput, RnnOutputGrads};
 use crate::reference::{float, prim};
 
 /// The shape and dtype checks `fused_rnn` makes, and the device, repeated here because

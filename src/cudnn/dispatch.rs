@@ -47,8 +47,9 @@ use super::profile::{Op, Phase, Span};
 use super::protocol::{Cuda, CudaTensor};
 use super::settings::CallSettings;
 use super::state::{prepared, trained};
-use crate::backend::{FusedRnnBackend, RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
+use crate::backend::FusedRnnBackend;
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use crate::reference;
 
 /// Burn's CUDA backend: cuDNN, or the reference when cuDNN cannot run the call (Note

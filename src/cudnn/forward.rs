@@ -14,8 +14,8 @@ use super::ffi::{self, Buffers};
 use super::network::Prepared;
 use super::profile::{Laps, Op, Phase};
 use super::protocol::{empty, Cuda, CudaTensor, Gpu, Launch};
-use crate::backend::{RnnInputs, RnnOutput};
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::{RnnInputs, RnnOutput};
 
 /// `cudnnRNNForward` of the call shape `p` on `gpu`; the training forward also returns
 /// its tagged reserve (Note [Reserve tag]).
