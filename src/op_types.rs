@@ -10,7 +10,7 @@ use burn::tensor::ops::FloatTensor;
 
 /// The tensors one call of the fused op reads.
 ///
-/// Shapes are those of [`RnnDescriptor`]: `x` in the descriptor's layout, `h0` `[L*D, B, P]`,
+/// Shapes are those of [`RnnDescriptor`](crate::RnnDescriptor): `x` in the descriptor's layout, `h0` `[L*D, B, P]`,
 /// `c0` `[L*D, B, H]` (LSTM only), `weights` the flat params vector `[params_size]` in the
 /// canonical layout (Note [RNN weight layout] in [`crate::layout`]).
 #[derive(Debug, Clone)]
@@ -42,8 +42,8 @@ pub struct RnnOutput<B: Backend> {
 /// gate activations and states (layout in [`crate::reference`]), cuDNN its reserve space,
 /// the native CPU kernel its activated gates. Every tensor is a float primitive of the same
 /// backend, so the reserve can be carried by an autodiff node or returned as outputs of a
-/// fused custom op. Native implementations tag theirs (Note [Reserve tag] on
-/// [`ReserveTag`]).
+/// fused custom op. Native implementations tag theirs (Note [Reserve tag], in this
+/// module).
 #[derive(Debug, Clone)]
 pub struct RnnReserve<B: Backend> {
     /// The saved tensors, in an order fixed by the implementation.
