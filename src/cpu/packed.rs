@@ -151,6 +151,9 @@ pub(crate) const SLOTS: usize = 4;
 /// Lanes of a vector at most (`f32` on AVX-512).
 const MAX_LANES: usize = 16;
 
+/// Elements of one tile's results at most, kept after the laid-out rows.
+const TILE_SCRATCH: usize = MAX_ROWS * SLOTS * MAX_LANES;
+
 /// A product `[rows, ka + kb] · M^T`, its right operand packed into panels for
 /// [`Packed::tiles`] (Note [Packed weights]).
 ///
@@ -341,7 +344,8 @@ impl<T: Lane> Packed<T> {
         }
     }
 
-    /// Lays `rows` rows out for [`Packed::tiles`] into `lhs`: row `r`'s segments are
+    /// Lays `rows` rows out for [`Packed::tiles`] into `lhs` (followed by room for one
+    /// tile's results): row `r`'s segments are
     /// `row(r)` = (`a`, at least `ka` long; `b`, at least `kb` long), block by block of the
     /// tile height, `k`-major inside a block (`[k][mr]`), so that the microkernel reads one
     /// stream of broadcasts instead of one pointer per row. `lhs` is reused across calls.
@@ -361,8 +365,9 @@ impl<T: Lane> Packed<T> {
         let rows_max = Self::tile_rows::<S>();
         let (ka, kb) = (self.ka, self.kb);
         let k = ka + kb;
-        lhs.clear();
-        lhs.resize(rows * k, T::ZERO);
+        // Every element of the layout is written below; the tail is the tiles' scratch
+        // (`tiles`). Resizing keeps the old contents: nothing is zeroed twice per step.
+        lhs.resize(rows * k + TILE_SCRATCH, T::ZERO);
         let mut first = 0;
         while first < rows {
             let mr = rows_max.min(rows - first);
@@ -396,7 +401,7 @@ impl<T: Lane> Packed<T> {
     pub(crate) fn tiles<S: Simd>(
         &self,
         simd: S,
-        lhs: &[T],
+        lhs: &mut [T],
         rows: usize,
         mut epilogue: impl FnMut(usize, usize, usize, &[T]),
     ) {
@@ -411,11 +416,11 @@ impl<T: Lane> Packed<T> {
         let (va, _) = self.vectors();
         let (ka, kb) = (self.ka, self.kb);
         let k = ka + kb;
-        assert_eq!(lhs.len(), rows * k, "rows laid out for this product");
+        assert_eq!(lhs.len(), rows * k + TILE_SCRATCH, "rows laid out for this product");
+        let (lhs, scratch) = lhs.split_at_mut(rows * k);
         let panel_len = self.panel_len();
         let split = ka * va * self.lanes;
         let width = SLOTS * self.lanes;
-        let mut scratch = [T::ZERO; MAX_ROWS * SLOTS * MAX_LANES];
         for j in 0..self.panels {
             let panel = &self.data[j * panel_len..(j + 1) * panel_len];
             let (pa, pb) = panel.split_at(split);
@@ -632,7 +637,7 @@ mod tests {
                 );
                 p.tiles(
                     simd,
-                    &lhs,
+                    &mut lhs,
                     rows,
                     #[inline(always)]
                     |first, mr, j, values| {
