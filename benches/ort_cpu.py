@@ -18,28 +18,16 @@ Needs `pip install onnx onnxruntime numpy`.
 """
 
 import argparse
-import json
 import os
-import time
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "criterion", "ort_cpu.json")
+from peer_common import CPU_CONFIGS, RESULTS, median_ms, selected, write
 
-# (name, mode, hidden, batch, seq, layers, bidirectional): must match benches/cpu.rs.
-CONFIGS = [
-    ("lstm_H256_B32_T50", "lstm", 256, 32, 50, 1, False),
-    ("gru_H256_B32_T50", "gru", 256, 32, 50, 1, False),
-    ("lstm_H512_B64_T50", "lstm", 512, 64, 50, 1, False),
-    ("gru_H512_B64_T50", "gru", 512, 64, 50, 1, False),
-    ("lstm_L2_bi_H256_B32_T100", "lstm", 256, 32, 100, 2, True),
-    ("lstm_H32_B1_T10000", "lstm", 32, 1, 10000, 1, False),
-    ("gru_H32_B1_T10000", "gru", 32, 1, 10000, 1, False),
-]
-
+OUT = os.path.join(RESULTS, "ort_cpu.json")
 
 def model(mode, hidden, batch, seq, layers, bidirectional, rng):
     gates = 4 if mode == "lstm" else 3
@@ -77,21 +65,6 @@ def model(mode, hidden, batch, seq, layers, bidirectional, rng):
     return m
 
 
-def median_ms(fn, min_time=2.0, min_iters=5, warmup=2):
-    for _ in range(warmup):
-        fn()
-    times = []
-    start_all = time.perf_counter()
-    while len(times) < min_iters or time.perf_counter() - start_all < min_time:
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-        if len(times) >= 200:
-            break
-    times.sort()
-    return times[len(times) // 2]
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=int(os.environ.get("RAYON_NUM_THREADS", os.cpu_count())))
@@ -99,11 +72,8 @@ def main():
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     results = {"onnxruntime": ort.__version__, "threads": args.threads, "configs": {}}
-    if os.path.exists(OUT) and args.only:
-        with open(OUT) as f:
-            results["configs"] = json.load(f).get("configs", {})
-    for name, mode, h, batch, seq, layers, bi in CONFIGS:
-        if args.only and not any(s in name for s in args.only.split(",")):
+    for name, mode, h, batch, seq, layers, bi in CPU_CONFIGS:
+        if not selected(name, args.only):
             continue
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = args.threads
@@ -116,10 +86,7 @@ def main():
         out = sess.get_outputs()[0].name
         results["configs"][name] = {"fwd": median_ms(lambda: sess.run([out], {"X": x}))}
         print(name, results["configs"][name], flush=True)
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w") as f:
-        json.dump(results, f, indent=1)
-    print("wrote", OUT)
+    write(OUT, results)
 
 
 if __name__ == "__main__":
