@@ -416,7 +416,11 @@ impl<T: Lane> Packed<T> {
         let (va, _) = self.vectors();
         let (ka, kb) = (self.ka, self.kb);
         let k = ka + kb;
-        assert_eq!(lhs.len(), rows * k + TILE_SCRATCH, "rows laid out for this product");
+        assert_eq!(
+            lhs.len(),
+            rows * k + TILE_SCRATCH,
+            "rows laid out for this product"
+        );
         let (lhs, scratch) = lhs.split_at_mut(rows * k);
         let panel_len = self.panel_len();
         let split = ka * va * self.lanes;
