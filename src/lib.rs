@@ -64,6 +64,7 @@ pub mod fusion;
 pub mod interop;
 pub mod layout;
 mod module;
+pub mod nn;
 pub mod op_types;
 pub mod ops;
 pub mod reference;
