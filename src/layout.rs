@@ -268,7 +268,12 @@ impl RnnLayout {
         let count = spec
             .num_pseudo_layers()
             .checked_mul(ParamKind::ALL.len())
-            .ok_or_else(|| overflow(format!("the number of tensors, num_layers = {}", spec.num_layers)))?;
+            .ok_or_else(|| {
+                overflow(format!(
+                    "the number of tensors, num_layers = {}",
+                    spec.num_layers
+                ))
+            })?;
         let mut entries = Vec::new();
         entries.try_reserve_exact(count).map_err(|_| {
             format!(

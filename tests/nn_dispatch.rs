@@ -82,7 +82,10 @@ fn an_unlisted_backend_gives_the_fused_ops_numbers() {
         .init::<Listed>(&device);
     let path = std::env::temp_dir().join("burn_fused_rnn_nn_dispatch_lstm");
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
-    on_listed.clone().save_file(path.clone(), &recorder).unwrap();
+    on_listed
+        .clone()
+        .save_file(path.clone(), &recorder)
+        .unwrap();
     let on_unlisted = LstmConfig::new(4, 6, true)
         .with_num_layers(2)
         .with_reverse(true)

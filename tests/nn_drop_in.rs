@@ -42,7 +42,12 @@ fn random<B: Backend, const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B,
     )
 }
 
-fn close<B: Backend, const D: usize>(what: &str, got: Tensor<B, D>, expected: Tensor<B, D>, tol: f64) {
+fn close<B: Backend, const D: usize>(
+    what: &str,
+    got: Tensor<B, D>,
+    expected: Tensor<B, D>,
+    tol: f64,
+) {
     assert_eq!(got.dims(), expected.dims(), "{what}: shapes");
     let diff: f64 = (got - expected).abs().max().into_scalar().elem();
     assert!(diff <= tol, "{what}: max |diff| {diff:e} > {tol:e}");
@@ -66,7 +71,12 @@ fn x_shape(batch_first: bool, features: usize) -> [usize; 3] {
 /// `B` against burn-nn's `Lstm` holding the same weights.
 fn lstm_matches<B: Backend>(tol: f64) {
     let device = B::Device::default();
-    for (bias, batch_first, reverse) in [(true, true, false), (false, false, false), (true, true, true), (true, false, true)] {
+    for (bias, batch_first, reverse) in [
+        (true, true, false),
+        (false, false, false),
+        (true, true, true),
+        (true, false, true),
+    ] {
         let nn = burn::nn::LstmConfig::new(4, 5, bias)
             .with_batch_first(batch_first)
             .with_reverse(reverse)
@@ -83,7 +93,12 @@ fn lstm_matches<B: Backend>(tol: f64) {
         let (y_nn, s_nn) = nn.forward(x.clone(), Some(LstmState::new(c0.clone(), h0.clone())));
         let (y, s) = lstm.forward(x, Some(LstmState::new(c0, h0)));
         close(&format!("{what} y from state"), y, y_nn, tol);
-        close(&format!("{what} h_n from state"), s.hidden, s_nn.hidden, tol);
+        close(
+            &format!("{what} h_n from state"),
+            s.hidden,
+            s_nn.hidden,
+            tol,
+        );
         close(&format!("{what} c_n from state"), s.cell, s_nn.cell, tol);
     }
 }
@@ -98,11 +113,12 @@ fn bilstm_matches<B: Backend>(tol: f64) {
         let x = random::<B, 3>(x_shape(batch_first, 4), 4);
         let (c0, h0) = (random::<B, 3>([2, 3, 5], 5), random::<B, 3>([2, 3, 5], 6));
         for state in [None, Some((c0, h0))] {
-            let what = format!("BiLstm bias={bias} batch_first={batch_first} state={}", state.is_some());
-            let (y_nn, s_nn) = nn.forward(
-                x.clone(),
-                state.clone().map(|(c, h)| LstmState::new(c, h)),
+            let what = format!(
+                "BiLstm bias={bias} batch_first={batch_first} state={}",
+                state.is_some()
             );
+            let (y_nn, s_nn) =
+                nn.forward(x.clone(), state.clone().map(|(c, h)| LstmState::new(c, h)));
             let (y, s) = lstm.forward(x.clone(), state.map(|(c, h)| LstmState::new(c, h)));
             close(&format!("{what} y"), y, y_nn, tol);
             close(&format!("{what} h_n"), s.hidden, s_nn.hidden, tol);
@@ -126,7 +142,12 @@ fn gru_matches<B: Backend>(tol: f64) {
             let (y, h_n) = gru.forward_with_state(x.clone(), state);
             close(&format!("{what} y (with state)"), y, y_nn.clone(), tol);
             // burn-nn's Gru returns no state: its last step's output is the final state.
-            close(&format!("{what} h_n"), h_n, y_nn.narrow(1, 6, 1).squeeze_dim(1), tol);
+            close(
+                &format!("{what} h_n"),
+                h_n,
+                y_nn.narrow(1, 6, 1).squeeze_dim(1),
+                tol,
+            );
         }
     }
 }
@@ -140,7 +161,10 @@ fn bigru_matches<B: Backend>(tol: f64) {
         let gru = BiGru::from_burn_nn(&nn).unwrap();
         let x = random::<B, 3>(x_shape(batch_first, 4), 9);
         for state in [None, Some(random::<B, 3>([2, 3, 5], 10))] {
-            let what = format!("BiGru bias={bias} batch_first={batch_first} state={}", state.is_some());
+            let what = format!(
+                "BiGru bias={bias} batch_first={batch_first} state={}",
+                state.is_some()
+            );
             let (y_nn, h_nn) = nn.forward(x.clone(), state.clone());
             let (y, h) = gru.forward(x.clone(), state);
             close(&format!("{what} y"), y, y_nn, tol);
@@ -164,7 +188,10 @@ fn rnn_matches<B: Backend>(tol: f64) {
         let rnn = Rnn::from_burn_nn(&nn).unwrap();
         let x = random::<B, 3>(x_shape(batch_first, 4), 11);
         for state in [None, Some(random::<B, 2>([3, 5], 12))] {
-            let what = format!("Rnn {activation:?} batch_first={batch_first} reverse={reverse} state={}", state.is_some());
+            let what = format!(
+                "Rnn {activation:?} batch_first={batch_first} reverse={reverse} state={}",
+                state.is_some()
+            );
             let (y_nn, s_nn) = nn.forward(x.clone(), state.clone().map(RnnState::new));
             let (y, s) = rnn.forward(x.clone(), state.map(RnnState::new));
             close(&format!("{what} y"), y, y_nn, tol);
@@ -175,7 +202,10 @@ fn rnn_matches<B: Backend>(tol: f64) {
 
 fn birnn_matches<B: Backend>(tol: f64) {
     let device = B::Device::default();
-    for (activation, batch_first) in [(ActivationConfig::Tanh, true), (ActivationConfig::Relu, false)] {
+    for (activation, batch_first) in [
+        (ActivationConfig::Tanh, true),
+        (ActivationConfig::Relu, false),
+    ] {
         let nn = burn::nn::BiRnnConfig::new(4, 5, false)
             .with_hidden_activation(activation.clone())
             .with_batch_first(batch_first)
@@ -183,7 +213,10 @@ fn birnn_matches<B: Backend>(tol: f64) {
         let rnn = BiRnn::from_burn_nn(&nn).unwrap();
         let x = random::<B, 3>(x_shape(batch_first, 4), 13);
         for state in [None, Some(random::<B, 3>([2, 3, 5], 14))] {
-            let what = format!("BiRnn {activation:?} batch_first={batch_first} state={}", state.is_some());
+            let what = format!(
+                "BiRnn {activation:?} batch_first={batch_first} state={}",
+                state.is_some()
+            );
             let (y_nn, s_nn) = nn.forward(x.clone(), state.clone().map(RnnState::new));
             let (y, s) = rnn.forward(x.clone(), state.map(RnnState::new));
             close(&format!("{what} y"), y, y_nn, tol);
@@ -235,13 +268,43 @@ fn gradients_match_burn_nn() {
         TOL64,
     );
     // burn-nn's forward direction, input gate: rows 0..5 of the canonical W_ih (transposed).
-    let w_nn = nn.forward.input_gate.input_transform.weight.val().grad(&grads_nn).unwrap();
-    let w = lstm.fused().cells[0].weight_ih.as_ref().unwrap().val().grad(&grads).unwrap();
-    close("dW_ih (forward, input gate)", w.narrow(0, 0, 5).transpose(), w_nn, TOL64);
+    let w_nn = nn
+        .forward
+        .input_gate
+        .input_transform
+        .weight
+        .val()
+        .grad(&grads_nn)
+        .unwrap();
+    let w = lstm.fused().cells[0]
+        .weight_ih
+        .as_ref()
+        .unwrap()
+        .val()
+        .grad(&grads)
+        .unwrap();
+    close(
+        "dW_ih (forward, input gate)",
+        w.narrow(0, 0, 5).transpose(),
+        w_nn,
+        TOL64,
+    );
     // Reverse direction, output gate: rows 15..20 of W_hh.
-    let w_nn = nn.reverse.output_gate.hidden_transform.weight.val().grad(&grads_nn).unwrap();
+    let w_nn = nn
+        .reverse
+        .output_gate
+        .hidden_transform
+        .weight
+        .val()
+        .grad(&grads_nn)
+        .unwrap();
     let w = lstm.fused().cells[1].weight_hh.val().grad(&grads).unwrap();
-    close("dW_hh (reverse, output gate)", w.narrow(0, 15, 5).transpose(), w_nn, TOL64);
+    close(
+        "dW_hh (reverse, output gate)",
+        w.narrow(0, 15, 5).transpose(),
+        w_nn,
+        TOL64,
+    );
 }
 
 /// Saves burn-nn's layer `nn` with `recorder`, loads it into `drop_in` with one call, and
@@ -384,7 +447,11 @@ fn burn_nn_checkpoints_that_do_not_fit_are_errors() {
         .load_burn_nn_file(path.clone(), &recorder, &device)
         .unwrap_err();
     assert!(matches!(err, InteropError::Shape { .. }), "{err}");
-    assert!(err.to_string().contains("weight_ih_l0: expected shape [24, 4], got [20, 4]"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("weight_ih_l0: expected shape [24, 4], got [20, 4]"),
+        "{err}"
+    );
     // No bias configured: the checkpoint's biases have no place.
     let err = LstmConfig::new(4, 5, false)
         .init::<B64>(&device)
@@ -424,7 +491,9 @@ fn drop_in_checkpoints_are_the_canonical_record() {
     let recorder = NamedMpkFileRecorder::<DoublePrecisionSettings>::new();
     let x = random::<B64, 3>([3, 7, 4], 18);
     // A drop-in's checkpoint loads into a FusedRnn of the same network, checked.
-    let lstm = BiLstmConfig::new(4, 5, true).with_num_layers(2).init::<B64>(&device);
+    let lstm = BiLstmConfig::new(4, 5, true)
+        .with_num_layers(2)
+        .init::<B64>(&device);
     let path = temp("bilstm_drop_in");
     lstm.clone().save_file(path.clone(), &recorder).unwrap();
     let config = FusedRnnConfig::new(RnnMode::Lstm, 4, 5)
@@ -449,14 +518,20 @@ fn drop_in_checkpoints_are_the_canonical_record() {
         .init::<B64>(&device)
         .try_load_file(path, &recorder, &device)
         .unwrap();
-    close("FusedRnn -> drop-in", back.forward(x, None).0, expected, 0.0);
+    close(
+        "FusedRnn -> drop-in",
+        back.forward(x, None).0,
+        expected,
+        0.0,
+    );
     // A record that does not fit is refused by the checked load.
     let err = BiLstmConfig::new(4, 5, true)
         .init::<B64>(&device)
         .try_load_record(fused.into_record())
         .unwrap_err();
     assert!(
-        err.to_string().contains("expected 2 cells (num_layers * directions), got 4"),
+        err.to_string()
+            .contains("expected 2 cells (num_layers * directions), got 4"),
         "{err}"
     );
 }
@@ -489,8 +564,16 @@ fn init_draws_burn_nn_distributions() {
     within("W_hh", std_of(cell.weight_hh.val()), hh);
     // burn-nn's own layer, the same numbers.
     let nn = burn::nn::LstmConfig::new(d_input, d_hidden, true).init::<B64>(&device);
-    within("burn-nn W_ih", std_of(nn.input_gate.input_transform.weight.val()), ih);
-    within("burn-nn W_hh", std_of(nn.input_gate.hidden_transform.weight.val()), hh);
+    within(
+        "burn-nn W_ih",
+        std_of(nn.input_gate.input_transform.weight.val()),
+        ih,
+    );
+    within(
+        "burn-nn W_hh",
+        std_of(nn.input_gate.hidden_transform.weight.val()),
+        hh,
+    );
     // Biases: 4 * 64 values each, a looser bound.
     let b = std_of(cell.bias_ih.as_ref().unwrap().val());
     assert!((b / ih - 1.0).abs() < 0.2, "b_ih std {b}, expected {ih}");
@@ -498,7 +581,12 @@ fn init_draws_burn_nn_distributions() {
     let rnn = RnnConfig::new(3, 4, true)
         .with_initializer(Initializer::Constant { value: 0.25 })
         .init::<B64>(&device);
-    let w: Vec<f64> = rnn.fused().flat_weights().into_data().iter::<f64>().collect();
+    let w: Vec<f64> = rnn
+        .fused()
+        .flat_weights()
+        .into_data()
+        .iter::<f64>()
+        .collect();
     assert!(w.iter().all(|&v| v == 0.25), "{w:?}");
 }
 
@@ -523,11 +611,23 @@ fn stacked_drop_ins_equal_chained_burn_nn_layers() {
     close("stack top h_n", s.hidden, s1.hidden.clone(), TOL64);
     let (y, s) = lstm.forward_stack(x.clone(), None);
     close("forward_stack y", y, y1, TOL64);
-    close("layer 0 h_n", s.hidden.clone().narrow(0, 0, 1).squeeze_dim(0), s0.hidden, TOL64);
-    close("layer 1 h_n", s.hidden.narrow(0, 1, 1).squeeze_dim(0), s1.hidden, TOL64);
+    close(
+        "layer 0 h_n",
+        s.hidden.clone().narrow(0, 0, 1).squeeze_dim(0),
+        s0.hidden,
+        TOL64,
+    );
+    close(
+        "layer 1 h_n",
+        s.hidden.narrow(0, 1, 1).squeeze_dim(0),
+        s1.hidden,
+        TOL64,
+    );
 
     // Bidirectional stacks take and return [2 * num_layers, batch, hidden] states.
-    let bi = BiGruConfig::new(4, 5, true).with_num_layers(3).init::<B64>(&device);
+    let bi = BiGruConfig::new(4, 5, true)
+        .with_num_layers(3)
+        .init::<B64>(&device);
     let (y, h) = bi.forward(x.clone(), Some(random::<B64, 3>([6, 3, 5], 20)));
     assert_eq!((y.dims(), h.dims()), ([3, 7, 10], [6, 3, 5]));
     // Dropout between layers, in training.
@@ -543,7 +643,9 @@ fn stacked_drop_ins_equal_chained_burn_nn_layers() {
 #[should_panic(expected = "expected no initial state for a Lstm with num_layers = 2")]
 fn a_2d_state_of_a_stack_is_refused() {
     let device = Default::default();
-    let lstm = LstmConfig::new(4, 5, true).with_num_layers(2).init::<B64>(&device);
+    let lstm = LstmConfig::new(4, 5, true)
+        .with_num_layers(2)
+        .init::<B64>(&device);
     let s = LstmState::new(random::<B64, 2>([3, 5], 1), random::<B64, 2>([3, 5], 2));
     let _ = lstm.forward(random::<B64, 3>([3, 7, 4], 3), Some(s));
 }
@@ -551,17 +653,23 @@ fn a_2d_state_of_a_stack_is_refused() {
 #[test]
 #[should_panic(expected = "invalid LstmConfig: expected clip = None")]
 fn lstm_clip_is_refused() {
-    let _ = LstmConfig::new(4, 5, true).with_clip(Some(1.0)).init::<B64>(&Default::default());
+    let _ = LstmConfig::new(4, 5, true)
+        .with_clip(Some(1.0))
+        .init::<B64>(&Default::default());
 }
 
 #[test]
 #[should_panic(expected = "invalid BiLstmConfig: expected input_forget = false")]
 fn coupled_gates_are_refused() {
-    let _ = BiLstmConfig::new(4, 5, true).with_input_forget(true).init::<B64>(&Default::default());
+    let _ = BiLstmConfig::new(4, 5, true)
+        .with_input_forget(true)
+        .init::<B64>(&Default::default());
 }
 
 #[test]
-#[should_panic(expected = "invalid LstmConfig: expected gate_activation = ActivationConfig::Sigmoid, got gate_activation = Relu")]
+#[should_panic(
+    expected = "invalid LstmConfig: expected gate_activation = ActivationConfig::Sigmoid, got gate_activation = Relu"
+)]
 fn a_nonstandard_gate_activation_is_refused() {
     let _ = LstmConfig::new(4, 5, true)
         .with_gate_activation(ActivationConfig::Relu)
@@ -571,11 +679,15 @@ fn a_nonstandard_gate_activation_is_refused() {
 #[test]
 #[should_panic(expected = "invalid GruConfig: expected reset_after = true")]
 fn gru_reset_before_is_refused() {
-    let _ = GruConfig::new(4, 5, true).with_reset_after(false).init::<B64>(&Default::default());
+    let _ = GruConfig::new(4, 5, true)
+        .with_reset_after(false)
+        .init::<B64>(&Default::default());
 }
 
 #[test]
-#[should_panic(expected = "invalid BiRnnConfig: expected hidden_activation = ActivationConfig::Tanh or ActivationConfig::Relu, got hidden_activation = Gelu")]
+#[should_panic(
+    expected = "invalid BiRnnConfig: expected hidden_activation = ActivationConfig::Tanh or ActivationConfig::Relu, got hidden_activation = Gelu"
+)]
 fn an_rnn_activation_other_than_tanh_and_relu_is_refused() {
     let _ = BiRnnConfig::new(4, 5, true)
         .with_hidden_activation(ActivationConfig::Gelu)

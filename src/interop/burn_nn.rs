@@ -821,8 +821,7 @@ pub(crate) fn stack_canonical<B: Backend, L: BurnNnLayer<B>>(
             let name = |kind| format!("layers[{layer}] {}", param_name(kind, layer, direction));
             let (mut w_ih, mut w_hh, mut b_ih, mut b_hh) = (vec![], vec![], vec![], vec![]);
             for g in gates {
-                let zeros =
-                    || Tensor::<B, 1>::zeros([d_hidden], (&device, g.weight_hh.dtype()));
+                let zeros = || Tensor::<B, 1>::zeros([d_hidden], (&device, g.weight_hh.dtype()));
                 b_ih.push(g.bias_ih.unwrap_or_else(zeros));
                 b_hh.push(g.bias_hh.unwrap_or_else(zeros));
                 w_ih.push(g.weight_ih);
@@ -849,7 +848,6 @@ pub(crate) fn stack_canonical<B: Backend, L: BurnNnLayer<B>>(
     }
     Ok((canonical, config, device))
 }
-
 
 /// burn-nn modules rebuilt from their records (what their checkpoints hold), with the
 /// standard activations and no clipping: a record does not hold a module's settings, so
@@ -941,7 +939,11 @@ pub(crate) mod records {
     }
 
     /// A forward-running `Rnn` of `mode` (tanh or relu) holding `record`'s weights.
-    pub(crate) fn rnn<B: Backend>(record: RnnRecord<B>, mode: RnnMode, device: &B::Device) -> Rnn<B> {
+    pub(crate) fn rnn<B: Backend>(
+        record: RnnRecord<B>,
+        mode: RnnMode,
+        device: &B::Device,
+    ) -> Rnn<B> {
         let gate = gate(record.gate);
         let activation = match mode {
             RnnMode::RnnRelu => burn::nn::activation::ActivationConfig::Relu.init(device),
@@ -958,7 +960,11 @@ pub(crate) mod records {
     }
 
     /// A `BiRnn` of `mode` holding `record`'s weights.
-    pub(crate) fn birnn<B: Backend>(record: BiRnnRecord<B>, mode: RnnMode, device: &B::Device) -> BiRnn<B> {
+    pub(crate) fn birnn<B: Backend>(
+        record: BiRnnRecord<B>,
+        mode: RnnMode,
+        device: &B::Device,
+    ) -> BiRnn<B> {
         let forward = rnn(record.forward, mode, device);
         BiRnn {
             d_hidden: forward.d_hidden,

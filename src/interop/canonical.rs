@@ -181,7 +181,11 @@ impl<'a, B: Backend> Canonical<'a, B> {
             .entries
             .values()
             .map(|s| (s.key.as_str(), s.shape.as_slice()))
-            .chain(self.strays.iter().map(|(k, s, _)| (k.as_str(), s.as_slice())))
+            .chain(
+                self.strays
+                    .iter()
+                    .map(|(k, s, _)| (k.as_str(), s.as_slice())),
+            )
             .collect();
         keys.sort();
         let listed: Vec<String> = keys

@@ -311,7 +311,11 @@ impl FusedRnnConfig {
 /// (Note [Allocation checks]).
 fn checked_layout<B: Backend>(spec: RnnSpec) -> RnnLayout {
     let params_size = crate::layout::params_size_closed_form(&spec);
-    alloc::check_params::<B>(&spec, params_size, <B::FloatElem as Element>::dtype().size());
+    alloc::check_params::<B>(
+        &spec,
+        params_size,
+        <B::FloatElem as Element>::dtype().size(),
+    );
     RnnLayout::new(spec)
 }
 

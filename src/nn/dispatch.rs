@@ -25,7 +25,12 @@ use crate::module::{FusedRnn, RnnState};
 
 // Without a backend feature there is nothing to dispatch to: everything runs the reference.
 #[cfg_attr(
-    not(any(feature = "ndarray", feature = "flex", feature = "wgpu", feature = "cuda")),
+    not(any(
+        feature = "ndarray",
+        feature = "flex",
+        feature = "wgpu",
+        feature = "cuda"
+    )),
     allow(dead_code)
 )]
 /// `value` as type `To`, which is its own type (`From` and `To` are the same type, known
@@ -45,13 +50,23 @@ pub(crate) fn forward<B: Backend>(
     state: Option<RnnState<B>>,
 ) -> (Tensor<B, 3>, RnnState<B>) {
     #[cfg_attr(
-        not(any(feature = "ndarray", feature = "flex", feature = "wgpu", feature = "cuda")),
+        not(any(
+            feature = "ndarray",
+            feature = "flex",
+            feature = "wgpu",
+            feature = "cuda"
+        )),
         allow(unused_variables, unused_macros)
     )]
     let any = fused as &dyn Any;
     // Tries each backend `$t`, with `Autodiff` over it (both checkpointing strategies).
     #[cfg_attr(
-        not(any(feature = "ndarray", feature = "flex", feature = "wgpu", feature = "cuda")),
+        not(any(
+            feature = "ndarray",
+            feature = "flex",
+            feature = "wgpu",
+            feature = "cuda"
+        )),
         allow(unused_macros)
     )]
     macro_rules! native {

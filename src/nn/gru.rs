@@ -7,7 +7,7 @@ use burn::nn::{BiGruRecord, GruRecord};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::{run, check_activation, check_clip, device_of, one_layer, refuse, top_layer};
+use super::{check_activation, check_clip, device_of, one_layer, refuse, run, top_layer};
 use crate::config::{FusedRnnConfig, RnnMode};
 use crate::interop::burn_nn::{records, stack_canonical};
 use crate::interop::InteropError;
@@ -59,7 +59,14 @@ pub struct GruConfig {
 #[derive(Clone, Debug)]
 pub struct Gru<B: Backend> {
     fused: FusedRnn<B>,
-    reverse: bool,
+    /// The size of the hidden state (of each direction).
+    pub d_hidden: usize,
+    /// The layout of inputs and outputs: `[batch_size, seq_length, features]` when true,
+    /// `[seq_length, batch_size, features]` otherwise.
+    pub batch_first: bool,
+    /// Whether the sequence runs from its last step to its first (`Lstm` and `Rnn` only;
+    /// always false for the others).
+    pub reverse: bool,
 }
 
 /// Refuses the GRU options the fused cells cannot compute.
@@ -109,10 +116,7 @@ impl GruConfig {
             .with_batch_first(self.batch_first)
             .with_dropout(self.dropout)
             .with_seed(self.seed);
-        Gru {
-            fused: config.init_like_burn_nn(&self.initializer, device),
-            reverse: false,
-        }
+        Gru::wrap(config.init_like_burn_nn(&self.initializer, device), false)
     }
 }
 
@@ -135,10 +139,13 @@ impl<B: Backend> Gru<B> {
     ///
     /// The hidden state of every step, `[batch_size, seq_length, d_hidden]` (or
     /// sequence-first); the last step's is the final state, as in burn-nn.
-    pub fn forward(&self, batched_input: Tensor<B, 3>, state: Option<Tensor<B, 2>>) -> Tensor<B, 3> {
-        let state =
-            state.map(|h| crate::RnnState::hidden_only(one_layer(&self.fused, "Gru", h)));
-        run(&self.fused, false, batched_input, state).0
+    pub fn forward(
+        &self,
+        batched_input: Tensor<B, 3>,
+        state: Option<Tensor<B, 2>>,
+    ) -> Tensor<B, 3> {
+        let state = state.map(|h| crate::RnnState::hidden_only(one_layer(&self.fused, "Gru", h)));
+        run(&self.fused, self.batch_first, false, batched_input, state).0
     }
 
     /// Like [`Gru::forward`], with the states of every layer (`hidden`
@@ -148,7 +155,7 @@ impl<B: Backend> Gru<B> {
         batched_input: Tensor<B, 3>,
         state: Option<crate::RnnState<B>>,
     ) -> (Tensor<B, 3>, crate::RnnState<B>) {
-        run(&self.fused, false, batched_input, state)
+        run(&self.fused, self.batch_first, false, batched_input, state)
     }
 
     /// The final state of the top layer, `[batch_size, d_hidden]`, with the outputs (what
@@ -158,9 +165,8 @@ impl<B: Backend> Gru<B> {
         batched_input: Tensor<B, 3>,
         state: Option<Tensor<B, 2>>,
     ) -> (Tensor<B, 3>, Tensor<B, 2>) {
-        let state =
-            state.map(|h| crate::RnnState::hidden_only(one_layer(&self.fused, "Gru", h)));
-        let (y, state) = run(&self.fused, false, batched_input, state);
+        let state = state.map(|h| crate::RnnState::hidden_only(one_layer(&self.fused, "Gru", h)));
+        let (y, state) = run(&self.fused, self.batch_first, false, batched_input, state);
         (y, top_layer(state.hidden))
     }
 }
@@ -172,10 +178,7 @@ impl<B: Backend> Gru<B> {
     ///
     /// As [`FusedRnn::from_burn_nn`].
     pub fn from_burn_nn(layer: &burn::nn::Gru<B>) -> Result<Self, InteropError> {
-        Ok(Self {
-            fused: FusedRnn::from_burn_nn(layer)?,
-            reverse: false,
-        })
+        Ok(Self::wrap(FusedRnn::from_burn_nn(layer)?, false))
     }
 
     /// Replaces the weights by those of a record of burn-nn's `Gru`, checked against this
@@ -243,7 +246,14 @@ pub struct BiGruConfig {
 #[derive(Clone, Debug)]
 pub struct BiGru<B: Backend> {
     fused: FusedRnn<B>,
-    reverse: bool,
+    /// The size of the hidden state (of each direction).
+    pub d_hidden: usize,
+    /// The layout of inputs and outputs: `[batch_size, seq_length, features]` when true,
+    /// `[seq_length, batch_size, features]` otherwise.
+    pub batch_first: bool,
+    /// Whether the sequence runs from its last step to its first (`Lstm` and `Rnn` only;
+    /// always false for the others).
+    pub reverse: bool,
 }
 
 impl BiGruConfig {
@@ -268,10 +278,7 @@ impl BiGruConfig {
             .with_batch_first(self.batch_first)
             .with_dropout(self.dropout)
             .with_seed(self.seed);
-        BiGru {
-            fused: config.init_like_burn_nn(&self.initializer, device),
-            reverse: false,
-        }
+        BiGru::wrap(config.init_like_burn_nn(&self.initializer, device), false)
     }
 }
 
@@ -299,7 +306,13 @@ impl<B: Backend> BiGru<B> {
         batched_input: Tensor<B, 3>,
         state: Option<Tensor<B, 3>>,
     ) -> (Tensor<B, 3>, Tensor<B, 3>) {
-        let (y, state) = run(&self.fused, false, batched_input, state.map(crate::RnnState::hidden_only));
+        let (y, state) = run(
+            &self.fused,
+            self.batch_first,
+            false,
+            batched_input,
+            state.map(crate::RnnState::hidden_only),
+        );
         (y, state.hidden)
     }
 
@@ -309,7 +322,7 @@ impl<B: Backend> BiGru<B> {
         batched_input: Tensor<B, 3>,
         state: Option<crate::RnnState<B>>,
     ) -> (Tensor<B, 3>, crate::RnnState<B>) {
-        run(&self.fused, false, batched_input, state)
+        run(&self.fused, self.batch_first, false, batched_input, state)
     }
 }
 
@@ -320,10 +333,7 @@ impl<B: Backend> BiGru<B> {
     ///
     /// As [`FusedRnn::from_burn_nn`].
     pub fn from_burn_nn(layer: &burn::nn::BiGru<B>) -> Result<Self, InteropError> {
-        Ok(Self {
-            fused: FusedRnn::from_burn_nn(layer)?,
-            reverse: false,
-        })
+        Ok(Self::wrap(FusedRnn::from_burn_nn(layer)?, false))
     }
 
     /// Replaces the weights by those of a record of burn-nn's `BiGru`, checked against this

@@ -66,7 +66,14 @@ pub struct LstmConfig {
 #[derive(Clone, Debug)]
 pub struct Lstm<B: Backend> {
     fused: FusedRnn<B>,
-    reverse: bool,
+    /// The size of the hidden state (of each direction).
+    pub d_hidden: usize,
+    /// The layout of inputs and outputs: `[batch_size, seq_length, features]` when true,
+    /// `[seq_length, batch_size, features]` otherwise.
+    pub batch_first: bool,
+    /// Whether the sequence runs from its last step to its first (`Lstm` and `Rnn` only;
+    /// always false for the others).
+    pub reverse: bool,
 }
 
 /// Refuses the LSTM options the fused cells cannot compute.
@@ -119,10 +126,10 @@ impl LstmConfig {
             .with_batch_first(self.batch_first)
             .with_dropout(self.dropout)
             .with_seed(self.seed);
-        Lstm {
-            fused: config.init_like_burn_nn(&self.initializer, device),
-            reverse: self.reverse,
-        }
+        Lstm::wrap(
+            config.init_like_burn_nn(&self.initializer, device),
+            self.reverse,
+        )
     }
 }
 
@@ -156,7 +163,13 @@ impl<B: Backend> Lstm<B> {
                 one_layer(&self.fused, "Lstm", s.cell),
             )
         });
-        let (y, state) = run(&self.fused, self.reverse, batched_input, state);
+        let (y, state) = run(
+            &self.fused,
+            self.batch_first,
+            self.reverse,
+            batched_input,
+            state,
+        );
         let cell = state.cell.expect("an LSTM returns a cell state");
         (y, LstmState::new(top_layer(cell), top_layer(state.hidden)))
     }
@@ -168,7 +181,13 @@ impl<B: Backend> Lstm<B> {
         batched_input: Tensor<B, 3>,
         state: Option<crate::RnnState<B>>,
     ) -> (Tensor<B, 3>, crate::RnnState<B>) {
-        run(&self.fused, self.reverse, batched_input, state)
+        run(
+            &self.fused,
+            self.batch_first,
+            self.reverse,
+            batched_input,
+            state,
+        )
     }
 }
 
@@ -184,10 +203,7 @@ impl<B: Backend> Lstm<B> {
         let _ = layer.devices();
         let mut forward = layer.clone();
         forward.reverse = false;
-        Ok(Self {
-            fused: FusedRnn::from_burn_nn(&forward)?,
-            reverse: layer.reverse,
-        })
+        Ok(Self::wrap(FusedRnn::from_burn_nn(&forward)?, layer.reverse))
     }
 
     /// Replaces the weights by those of a record of burn-nn's `Lstm` (what
@@ -261,7 +277,14 @@ pub struct BiLstmConfig {
 #[derive(Clone, Debug)]
 pub struct BiLstm<B: Backend> {
     fused: FusedRnn<B>,
-    reverse: bool,
+    /// The size of the hidden state (of each direction).
+    pub d_hidden: usize,
+    /// The layout of inputs and outputs: `[batch_size, seq_length, features]` when true,
+    /// `[seq_length, batch_size, features]` otherwise.
+    pub batch_first: bool,
+    /// Whether the sequence runs from its last step to its first (`Lstm` and `Rnn` only;
+    /// always false for the others).
+    pub reverse: bool,
 }
 
 impl BiLstmConfig {
@@ -287,10 +310,7 @@ impl BiLstmConfig {
             .with_batch_first(self.batch_first)
             .with_dropout(self.dropout)
             .with_seed(self.seed);
-        BiLstm {
-            fused: config.init_like_burn_nn(&self.initializer, device),
-            reverse: false,
-        }
+        BiLstm::wrap(config.init_like_burn_nn(&self.initializer, device), false)
     }
 }
 
@@ -320,7 +340,7 @@ impl<B: Backend> BiLstm<B> {
         state: Option<LstmState<B, 3>>,
     ) -> (Tensor<B, 3>, LstmState<B, 3>) {
         let state = state.map(|s| crate::RnnState::lstm(s.hidden, s.cell));
-        let (y, state) = run(&self.fused, false, batched_input, state);
+        let (y, state) = run(&self.fused, self.batch_first, false, batched_input, state);
         let cell = state.cell.expect("an LSTM returns a cell state");
         (y, LstmState::new(cell, state.hidden))
     }
@@ -331,7 +351,7 @@ impl<B: Backend> BiLstm<B> {
         batched_input: Tensor<B, 3>,
         state: Option<crate::RnnState<B>>,
     ) -> (Tensor<B, 3>, crate::RnnState<B>) {
-        run(&self.fused, false, batched_input, state)
+        run(&self.fused, self.batch_first, false, batched_input, state)
     }
 }
 
@@ -342,10 +362,7 @@ impl<B: Backend> BiLstm<B> {
     ///
     /// As [`FusedRnn::from_burn_nn`].
     pub fn from_burn_nn(layer: &burn::nn::BiLstm<B>) -> Result<Self, InteropError> {
-        Ok(Self {
-            fused: FusedRnn::from_burn_nn(layer)?,
-            reverse: false,
-        })
+        Ok(Self::wrap(FusedRnn::from_burn_nn(layer)?, false))
     }
 
     /// Replaces the weights by those of a record of burn-nn's `BiLstm`, checked against

@@ -56,9 +56,11 @@
 //!   model-level checkpoint of a model that held burn-nn's layer has burn-nn's record
 //!   layout, not this one: load it into the burn-nn model once, then move each layer over
 //!   with `from_burn_nn` (or its record with `load_burn_nn_record`) and save again.
-//! - **Differences.** The burn-nn structs' public fields (`input_gate`, `forward`, ...)
-//!   do not exist: the weights are the canonical tensors of [`Lstm::fused`]. Outputs agree
-//!   with burn-nn's to float rounding (tested on random inputs for every type).
+//! - **Fields.** `d_hidden`, `batch_first` and `reverse` are public fields, as in burn-nn,
+//!   and `forward` reads `batch_first` and `reverse` from them. burn-nn's other fields
+//!   (`input_gate`, `forward`, ...) do not exist: the weights are the canonical tensors of
+//!   [`Lstm::fused`]. Outputs agree with burn-nn's to float rounding (tested on random
+//!   inputs for every type).
 
 mod dispatch;
 mod gru;
@@ -78,7 +80,13 @@ use crate::module::FusedRnn;
 
 /// Panics naming `field` of config `config` when `value` is not what the fused cells
 /// compute; `use_instead` names the burn-nn type that can.
-fn refuse(config: &str, field: &str, value: impl core::fmt::Debug, why: &str, use_instead: &str) -> ! {
+fn refuse(
+    config: &str,
+    field: &str,
+    value: impl core::fmt::Debug,
+    why: &str,
+    use_instead: &str,
+) -> ! {
     panic!(
         "invalid {config}: {why}, got {field} = {value:?}; the fused op cannot compute it (use \
          burn::nn::{use_instead} for this option)"
@@ -132,21 +140,26 @@ fn flip_time<B: Backend>(x: Tensor<B, 3>, batch_first: bool) -> Tensor<B, 3> {
     x.flip([if batch_first { 1 } else { 0 }])
 }
 
-/// The fused module's forward over full-length sequences (Note [Drop-in dispatch]), with
-/// the time axis flipped around it for a `reverse` layer.
+/// The fused module's forward over full-length sequences (Note [Drop-in dispatch]), in
+/// the layout `batch_first` (the layer's public field, which may differ from the fused
+/// module's), with the time axis flipped around it for a `reverse` layer.
 fn run<B: Backend>(
     fused: &FusedRnn<B>,
+    batch_first: bool,
     reverse: bool,
     input: Tensor<B, 3>,
     state: Option<crate::RnnState<B>>,
 ) -> (Tensor<B, 3>, crate::RnnState<B>) {
-    let batch_first = fused.batch_first();
-    if reverse {
-        let (y, state) = dispatch::forward(fused, flip_time(input, batch_first), state);
-        (flip_time(y, batch_first), state)
+    let swap = batch_first != fused.batch_first();
+    let input = if swap { input.swap_dims(0, 1) } else { input };
+    let inner = fused.batch_first();
+    let (y, state) = if reverse {
+        let (y, state) = dispatch::forward(fused, flip_time(input, inner), state);
+        (flip_time(y, inner), state)
     } else {
         dispatch::forward(fused, input, state)
-    }
+    };
+    (if swap { y.swap_dims(0, 1) } else { y }, state)
 }
 
 /// A one-layer state `[batch_size, H]` as the `[1, batch_size, H]` state of the fused
@@ -179,8 +192,9 @@ fn device_of<B: Backend>(fused: &FusedRnn<B>) -> B::Device {
 }
 
 /// Implements `Module`, `AutodiffModule` and the display traits for a drop-in layer
-/// `$name { fused: FusedRnn<B>, reverse: bool }` by delegating to the fused module: its
-/// record is the fused module's, the canonical [`FusedRnnRecord`](crate::FusedRnnRecord).
+/// `$name { fused: FusedRnn<B>, d_hidden, batch_first, reverse }` by delegating to the
+/// fused module: its record is the fused module's, the canonical
+/// [`FusedRnnRecord`](crate::FusedRnnRecord).
 macro_rules! drop_in_module {
     ($name:ident) => {
         impl<B: burn::tensor::backend::Backend> burn::module::Module<B> for $name<B> {
@@ -242,6 +256,8 @@ macro_rules! drop_in_module {
             fn valid(&self) -> Self::InnerModule {
                 $name {
                     fused: self.fused.valid(),
+                    d_hidden: self.d_hidden,
+                    batch_first: self.batch_first,
                     reverse: self.reverse,
                 }
             }
@@ -249,6 +265,8 @@ macro_rules! drop_in_module {
             fn from_inner(module: Self::InnerModule) -> Self {
                 $name {
                     fused: crate::FusedRnn::from_inner(module.fused),
+                    d_hidden: module.d_hidden,
+                    batch_first: module.batch_first,
                     reverse: module.reverse,
                 }
             }
@@ -279,7 +297,7 @@ macro_rules! drop_in_module {
                     .add("d_hidden", &spec.d_hidden)
                     .add("bias", &spec.bias)
                     .add("num_layers", &spec.num_layers)
-                    .add("batch_first", &self.fused.batch_first())
+                    .add("batch_first", &self.batch_first)
                     .add("reverse", &self.reverse)
                     .optional()
             }
@@ -292,6 +310,16 @@ macro_rules! drop_in_module {
         impl<B: burn::tensor::backend::Backend> burn::module::ModuleDisplay for $name<B> {}
 
         impl<B: burn::tensor::backend::Backend> $name<B> {
+            /// The layer holding `fused`, with its settings.
+            fn wrap(fused: crate::FusedRnn<B>, reverse: bool) -> Self {
+                $name {
+                    d_hidden: fused.spec().d_hidden,
+                    batch_first: fused.batch_first(),
+                    reverse,
+                    fused,
+                }
+            }
+
             /// The fused module inside: its canonical weights (`fused().cells`), its
             /// configuration, and forwards with variable lengths
             /// ([`FusedRnn::forward_with_lengths`](crate::FusedRnn::forward_with_lengths);
@@ -303,11 +331,6 @@ macro_rules! drop_in_module {
             /// The fused module inside, by value.
             pub fn into_fused(self) -> crate::FusedRnn<B> {
                 self.fused
-            }
-
-            /// The hidden size `d_hidden`.
-            pub fn d_hidden(&self) -> usize {
-                self.fused.spec().d_hidden
             }
 
             /// Loads a record after checking it against this layer's configuration (the
@@ -370,10 +393,12 @@ macro_rules! drop_in_module {
                 PB: Into<std::path::PathBuf>,
             {
                 let path = path.into();
-                let record = burn::record::Recorder::load(recorder, path.clone(), device)
-                    .map_err(|e| crate::interop::InteropError::Io {
-                        path,
-                        source: Box::new(e),
+                let record =
+                    burn::record::Recorder::load(recorder, path.clone(), device).map_err(|e| {
+                        crate::interop::InteropError::Io {
+                            path,
+                            source: Box::new(e),
+                        }
                     })?;
                 self.load_burn_nn_record(record)
             }

@@ -57,7 +57,14 @@ pub struct RnnConfig {
 #[derive(Clone, Debug)]
 pub struct Rnn<B: Backend> {
     fused: FusedRnn<B>,
-    reverse: bool,
+    /// The size of the hidden state (of each direction).
+    pub d_hidden: usize,
+    /// The layout of inputs and outputs: `[batch_size, seq_length, features]` when true,
+    /// `[seq_length, batch_size, features]` otherwise.
+    pub batch_first: bool,
+    /// Whether the sequence runs from its last step to its first (`Lstm` and `Rnn` only;
+    /// always false for the others).
+    pub reverse: bool,
 }
 
 /// The mode of an RNN's activation, after refusing the options the fused cells cannot
@@ -100,10 +107,10 @@ impl RnnConfig {
             .with_batch_first(self.batch_first)
             .with_dropout(self.dropout)
             .with_seed(self.seed);
-        Rnn {
-            fused: config.init_like_burn_nn(&self.initializer, device),
-            reverse: self.reverse,
-        }
+        Rnn::wrap(
+            config.init_like_burn_nn(&self.initializer, device),
+            self.reverse,
+        )
     }
 }
 
@@ -131,9 +138,15 @@ impl<B: Backend> Rnn<B> {
         batched_input: Tensor<B, 3>,
         state: Option<RnnState<B, 2>>,
     ) -> (Tensor<B, 3>, RnnState<B, 2>) {
-        let state = state
-            .map(|s| crate::RnnState::hidden_only(one_layer(&self.fused, "Rnn", s.hidden)));
-        let (y, state) = run(&self.fused, self.reverse, batched_input, state);
+        let state =
+            state.map(|s| crate::RnnState::hidden_only(one_layer(&self.fused, "Rnn", s.hidden)));
+        let (y, state) = run(
+            &self.fused,
+            self.batch_first,
+            self.reverse,
+            batched_input,
+            state,
+        );
         (y, RnnState::new(top_layer(state.hidden)))
     }
 
@@ -144,7 +157,13 @@ impl<B: Backend> Rnn<B> {
         batched_input: Tensor<B, 3>,
         state: Option<crate::RnnState<B>>,
     ) -> (Tensor<B, 3>, crate::RnnState<B>) {
-        run(&self.fused, self.reverse, batched_input, state)
+        run(
+            &self.fused,
+            self.batch_first,
+            self.reverse,
+            batched_input,
+            state,
+        )
     }
 }
 
@@ -160,10 +179,7 @@ impl<B: Backend> Rnn<B> {
         let _ = layer.devices();
         let mut forward = layer.clone();
         forward.reverse = false;
-        Ok(Self {
-            fused: FusedRnn::from_burn_nn(&forward)?,
-            reverse: layer.reverse,
-        })
+        Ok(Self::wrap(FusedRnn::from_burn_nn(&forward)?, layer.reverse))
     }
 
     /// Replaces the weights by those of a record of burn-nn's `Rnn`, checked against this
@@ -226,7 +242,14 @@ pub struct BiRnnConfig {
 #[derive(Clone, Debug)]
 pub struct BiRnn<B: Backend> {
     fused: FusedRnn<B>,
-    reverse: bool,
+    /// The size of the hidden state (of each direction).
+    pub d_hidden: usize,
+    /// The layout of inputs and outputs: `[batch_size, seq_length, features]` when true,
+    /// `[seq_length, batch_size, features]` otherwise.
+    pub batch_first: bool,
+    /// Whether the sequence runs from its last step to its first (`Lstm` and `Rnn` only;
+    /// always false for the others).
+    pub reverse: bool,
 }
 
 impl BiRnnConfig {
@@ -244,10 +267,7 @@ impl BiRnnConfig {
             .with_batch_first(self.batch_first)
             .with_dropout(self.dropout)
             .with_seed(self.seed);
-        BiRnn {
-            fused: config.init_like_burn_nn(&self.initializer, device),
-            reverse: false,
-        }
+        BiRnn::wrap(config.init_like_burn_nn(&self.initializer, device), false)
     }
 }
 
@@ -276,7 +296,7 @@ impl<B: Backend> BiRnn<B> {
         state: Option<RnnState<B, 3>>,
     ) -> (Tensor<B, 3>, RnnState<B, 3>) {
         let state = state.map(|s| crate::RnnState::hidden_only(s.hidden));
-        let (y, state) = run(&self.fused, false, batched_input, state);
+        let (y, state) = run(&self.fused, self.batch_first, false, batched_input, state);
         (y, RnnState::new(state.hidden))
     }
 
@@ -286,7 +306,7 @@ impl<B: Backend> BiRnn<B> {
         batched_input: Tensor<B, 3>,
         state: Option<crate::RnnState<B>>,
     ) -> (Tensor<B, 3>, crate::RnnState<B>) {
-        run(&self.fused, false, batched_input, state)
+        run(&self.fused, self.batch_first, false, batched_input, state)
     }
 }
 
@@ -297,10 +317,7 @@ impl<B: Backend> BiRnn<B> {
     ///
     /// As [`FusedRnn::from_burn_nn`].
     pub fn from_burn_nn(layer: &burn::nn::BiRnn<B>) -> Result<Self, InteropError> {
-        Ok(Self {
-            fused: FusedRnn::from_burn_nn(layer)?,
-            reverse: false,
-        })
+        Ok(Self::wrap(FusedRnn::from_burn_nn(layer)?, false))
     }
 
     /// Replaces the weights by those of a record of burn-nn's `BiRnn`, checked against this
