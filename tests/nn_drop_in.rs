@@ -307,14 +307,13 @@ fn gradients_match_burn_nn() {
     );
 }
 
-/// Saves burn-nn's layer `nn` with `recorder`, loads it into `drop_in` with one call, and
-/// checks the outputs `forward` of both on `x`.
+/// Saves burn-nn's layer `nn` with `recorder`, loads it into a drop-in with the one call
+/// `load`, and checks the outputs `forward` of both on the same input.
 fn checkpoint_round<R, NN, D>(
     name: &str,
     recorder: &R,
     nn: NN,
-    drop_in: D,
-    load: impl Fn(D, PathBuf, &R) -> Result<D, InteropError>,
+    load: impl Fn(PathBuf, &R) -> Result<D, InteropError>,
     forward_nn: impl Fn(&NN) -> Tensor<B64, 3>,
     forward: impl Fn(&D) -> Tensor<B64, 3>,
     tol: f64,
@@ -325,7 +324,7 @@ fn checkpoint_round<R, NN, D>(
     let path = temp(name);
     let expected = forward_nn(&nn);
     nn.save_file(path.clone(), recorder).unwrap();
-    let loaded = load(drop_in, path, recorder).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let loaded = load(path, recorder).unwrap_or_else(|e| panic!("{name}: {e}"));
     close(name, forward(&loaded), expected, tol);
 }
 
@@ -342,8 +341,11 @@ fn burn_nn_checkpoints_load_in_one_call() {
         "lstm",
         &full,
         burn::nn::LstmConfig::new(4, 5, true).init::<B64>(&device),
-        LstmConfig::new(4, 5, true).init::<B64>(&device),
-        |d, p, r| d.load_burn_nn_file(p, r, &device),
+        |p, r| {
+            LstmConfig::new(4, 5, true)
+                .init::<B64>(&device)
+                .load_burn_nn_file(p, r, &device)
+        },
         |nn| nn.forward(x.clone(), None).0,
         |d| d.forward(x.clone(), None).0,
         TOL64,
@@ -352,8 +354,11 @@ fn burn_nn_checkpoints_load_in_one_call() {
         "bilstm",
         &full,
         burn::nn::BiLstmConfig::new(4, 5, true).init::<B64>(&device),
-        BiLstmConfig::new(4, 5, true).init::<B64>(&device),
-        |d, p, r| d.load_burn_nn_file(p, r, &device),
+        |p, r| {
+            BiLstmConfig::new(4, 5, true)
+                .init::<B64>(&device)
+                .load_burn_nn_file(p, r, &device)
+        },
         |nn| nn.forward(x.clone(), None).0,
         |d| d.forward(x.clone(), None).0,
         TOL64,
@@ -362,8 +367,11 @@ fn burn_nn_checkpoints_load_in_one_call() {
         "gru",
         &full,
         burn::nn::GruConfig::new(4, 5, false).init::<B64>(&device),
-        GruConfig::new(4, 5, false).init::<B64>(&device),
-        |d, p, r| d.load_burn_nn_file(p, r, &device),
+        |p, r| {
+            GruConfig::new(4, 5, false)
+                .init::<B64>(&device)
+                .load_burn_nn_file(p, r, &device)
+        },
         |nn| nn.forward(x.clone(), None),
         |d| d.forward(x.clone(), None),
         TOL64,
@@ -372,8 +380,11 @@ fn burn_nn_checkpoints_load_in_one_call() {
         "bigru",
         &full,
         burn::nn::BiGruConfig::new(4, 5, true).init::<B64>(&device),
-        BiGruConfig::new(4, 5, true).init::<B64>(&device),
-        |d, p, r| d.load_burn_nn_file(p, r, &device),
+        |p, r| {
+            BiGruConfig::new(4, 5, true)
+                .init::<B64>(&device)
+                .load_burn_nn_file(p, r, &device)
+        },
         |nn| nn.forward(x.clone(), None).0,
         |d| d.forward(x.clone(), None).0,
         TOL64,
@@ -384,10 +395,12 @@ fn burn_nn_checkpoints_load_in_one_call() {
         burn::nn::RnnConfig::new(4, 5, true)
             .with_hidden_activation(ActivationConfig::Relu)
             .init::<B64>(&device),
-        RnnConfig::new(4, 5, true)
-            .with_hidden_activation(ActivationConfig::Relu)
-            .init::<B64>(&device),
-        |d, p, r| d.load_burn_nn_file(p, r, &device),
+        |p, r| {
+            RnnConfig::new(4, 5, true)
+                .with_hidden_activation(ActivationConfig::Relu)
+                .init::<B64>(&device)
+                .load_burn_nn_file(p, r, &device)
+        },
         |nn| nn.forward(x.clone(), None).0,
         |d| d.forward(x.clone(), None).0,
         TOL64,
@@ -396,8 +409,11 @@ fn burn_nn_checkpoints_load_in_one_call() {
         "birnn",
         &full,
         burn::nn::BiRnnConfig::new(4, 5, true).init::<B64>(&device),
-        BiRnnConfig::new(4, 5, true).init::<B64>(&device),
-        |d, p, r| d.load_burn_nn_file(p, r, &device),
+        |p, r| {
+            BiRnnConfig::new(4, 5, true)
+                .init::<B64>(&device)
+                .load_burn_nn_file(p, r, &device)
+        },
         |nn| nn.forward(x.clone(), None).0,
         |d| d.forward(x.clone(), None).0,
         TOL64,
@@ -407,8 +423,11 @@ fn burn_nn_checkpoints_load_in_one_call() {
         "lstm_bin",
         &bin,
         burn::nn::LstmConfig::new(4, 5, true).init::<B64>(&device),
-        LstmConfig::new(4, 5, true).init::<B64>(&device),
-        |d, p, r| d.load_burn_nn_file(p, r, &device),
+        |p, r| {
+            LstmConfig::new(4, 5, true)
+                .init::<B64>(&device)
+                .load_burn_nn_file(p, r, &device)
+        },
         |nn| nn.forward(x.clone(), None).0,
         |d| d.forward(x.clone(), None).0,
         TOL64,
@@ -417,8 +436,11 @@ fn burn_nn_checkpoints_load_in_one_call() {
         "bigru_compact",
         &compact,
         burn::nn::BiGruConfig::new(4, 5, true).init::<B64>(&device),
-        BiGruConfig::new(4, 5, true).init::<B64>(&device),
-        |d, p, r| d.load_burn_nn_file(p, r, &device),
+        |p, r| {
+            BiGruConfig::new(4, 5, true)
+                .init::<B64>(&device)
+                .load_burn_nn_file(p, r, &device)
+        },
         |nn| nn.forward(x.clone(), None).0,
         |d| d.forward(x.clone(), None).0,
         HALF,

@@ -49,7 +49,7 @@
 //!   around a forward run).
 //! - **Checkpoints.** A drop-in's record is the canonical [`FusedRnnRecord`](crate::FusedRnnRecord)
 //!   (PyTorch's names and orientation): a file saved from a drop-in loads into a
-//!   [`FusedRnn`](crate::FusedRnn) and back, and `try_load_file` / `try_load_record`
+//!   [`FusedRnn`] and back, and `try_load_file` / `try_load_record`
 //!   check it (shapes, finite weights, digest). A checkpoint saved from the burn-nn layer
 //!   loads in one call: `load_burn_nn_file(path, &recorder, &device)` (or
 //!   `load_burn_nn_record(record)`), checked against the drop-in's configuration. A
