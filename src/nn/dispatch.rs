@@ -101,5 +101,48 @@ pub(crate) fn forward<B: Backend>(
         burn::backend::Cuda<burn::tensor::bf16>,
         burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>,
     );
+    #[cfg(test)]
+    tests::REFERENCE_CALLS.with(|calls| calls.set(calls.get() + 1));
     fused.forward_reference(input, state)
+}
+
+#[cfg(test)]
+mod tests {
+    use core::cell::Cell;
+
+    use burn::backend::{Autodiff, NdArray};
+    use burn::tensor::backend::Backend;
+    use burn::tensor::Tensor;
+
+    use super::forward;
+    use crate::{FusedRnnConfig, RnnMode};
+
+    thread_local! {
+        /// Calls of this thread that ran the reference as Burn ops.
+        pub(super) static REFERENCE_CALLS: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Whether a forward on `B` ran the reference rather than the fused op.
+    fn runs_reference<B: Backend>() -> bool {
+        let device = Default::default();
+        let rnn = FusedRnnConfig::new(RnnMode::Gru, 2, 3).init::<B>(&device);
+        let before = REFERENCE_CALLS.with(Cell::get);
+        let (y, _) = forward(&rnn, Tensor::zeros([1, 2, 2], &device), None);
+        assert_eq!(y.dims(), [1, 2, 3]);
+        REFERENCE_CALLS.with(Cell::get) > before
+    }
+
+    #[test]
+    fn listed_backends_run_the_fused_op() {
+        assert!(!runs_reference::<NdArray>());
+        assert!(!runs_reference::<Autodiff<NdArray>>());
+        assert!(!runs_reference::<burn::backend::Flex>());
+        assert!(!runs_reference::<Autodiff<burn::backend::Flex>>());
+    }
+
+    #[test]
+    fn other_backends_run_the_reference() {
+        // NdArray with 32-bit integers implements the fused op, but is not in the list.
+        assert!(runs_reference::<NdArray<f32, i32>>());
+    }
 }
