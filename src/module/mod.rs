@@ -590,7 +590,7 @@ impl<B: Backend> FusedRnn<B> {
             &call.weights.dims(),
         );
         let device = input.device();
-        let inputs = crate::backend::RnnInputs {
+        let inputs = crate::op_types::RnnInputs {
             x: prim(input),
             h0: call.h0.map(prim),
             c0: call.c0.map(prim),
