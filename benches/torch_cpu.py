@@ -16,49 +16,26 @@ backward of sum(y)), as the median of repeated runs after warm-up.
 """
 
 import argparse
-import json
 import os
-import time
 
 import torch
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "criterion", "torch_cpu.json")
+from peer_common import CPU_CONFIGS, RESULTS, median_ms, selected, write
 
-# (name, mode, hidden, batch, seq, layers, bidirectional): must match benches/cpu.rs.
-CONFIGS = [
-    ("lstm_H256_B32_T50", "lstm", 256, 32, 50, 1, False),
-    ("gru_H256_B32_T50", "gru", 256, 32, 50, 1, False),
-    ("lstm_H512_B64_T50", "lstm", 512, 64, 50, 1, False),
-    ("gru_H512_B64_T50", "gru", 512, 64, 50, 1, False),
-    ("lstm_L2_bi_H256_B32_T100", "lstm", 256, 32, 100, 2, True),
-    ("lstm_H32_B1_T10000", "lstm", 32, 1, 10000, 1, False),
-    ("gru_H32_B1_T10000", "gru", 32, 1, 10000, 1, False),
-]
-
-
-def median_ms(fn, min_time=2.0, min_iters=5, warmup=2):
-    for _ in range(warmup):
-        fn()
-    times = []
-    start_all = time.perf_counter()
-    while len(times) < min_iters or time.perf_counter() - start_all < min_time:
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-        if len(times) >= 200:
-            break
-    times.sort()
-    return times[len(times) // 2]
+OUT = os.path.join(RESULTS, "torch_cpu.json")
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=int(os.environ.get("RAYON_NUM_THREADS", os.cpu_count())))
+    parser.add_argument("--only", default=None, help="comma-separated substrings of configuration names")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     results = {"torch": torch.__version__, "threads": args.threads, "configs": {}}
-    for name, mode, h, batch, seq, layers, bi in CONFIGS:
+    for name, mode, h, batch, seq, layers, bi in CPU_CONFIGS:
+        if not selected(name, args.only):
+            continue
         cls = torch.nn.LSTM if mode == "lstm" else torch.nn.GRU
         rnn = cls(h, h, num_layers=layers, bidirectional=bi, batch_first=True)
         x = torch.randn(batch, seq, h)
@@ -74,10 +51,7 @@ def main():
 
         results["configs"][name] = {"fwd": median_ms(fwd), "train": median_ms(train)}
         print(name, results["configs"][name], flush=True)
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w") as f:
-        json.dump(results, f, indent=1)
-    print("wrote", OUT)
+    write(OUT, results)
 
 
 if __name__ == "__main__":

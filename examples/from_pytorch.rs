@@ -18,10 +18,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Default::default();
 
     // One call: the configuration (2 layers, bidirectional, hidden size 4, input size 3,
-    // bias) is read off the tensors; the layout is not in a state_dict, so say it.
-    let lstm: FusedRnn<NdArray> = PytorchImport::new(RnnMode::Lstm)
-        .with_batch_first(false)
-        .load(format!("{fixtures}/lstm.pt"), &device)?;
+    // bias) is read off the tensors; the layout is PyTorch's default, sequence-first (a
+    // state_dict does not record it: a module made with batch_first=True needs
+    // `.with_batch_first(true)`).
+    let lstm: FusedRnn<NdArray> =
+        PytorchImport::new(RnnMode::Lstm).load(format!("{fixtures}/lstm.pt"), &device)?;
     println!("loaded {:?}", lstm.spec());
 
     // PyTorch's input and outputs for this module.

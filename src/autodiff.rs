@@ -22,8 +22,9 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::Tensor;
 
-use crate::backend::{FusedRnnBackend, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
+use crate::backend::FusedRnnBackend;
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::{RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use crate::reference::{float, prim};
 
 static BACKWARD_CALLS: AtomicUsize = AtomicUsize::new(0);

@@ -9,7 +9,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::DType;
 
 use crate::descriptor::RnnDescriptor;
-pub use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
+use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use crate::reference;
 
 /// A backend that runs the fused RNN op.

@@ -95,7 +95,8 @@ pub struct FusedRnnConfig {
     #[config(default = true)]
     pub bias: bool,
     /// Dropout probability applied to the outputs of every layer but the last, in training
-    /// only. Must lie in `[0, 1)`.
+    /// only. Must lie in `[0, 1)`. With one layer it does nothing, and building the module
+    /// warns through the `log` crate, as PyTorch does.
     #[config(default = 0.0)]
     pub dropout: f64,
     /// Seed of the dropout masks.
@@ -173,6 +174,19 @@ impl RnnSpec {
 }
 
 impl FusedRnnConfig {
+    /// Warns through the `log` crate when `dropout > 0` with one layer: dropout acts
+    /// between layers only, so it does nothing there (PyTorch's `nn.LSTM` warns the same
+    /// way). Called when a module is built.
+    pub(crate) fn warn_unused_dropout(&self) {
+        if self.dropout > 0.0 && self.num_layers == 1 {
+            log::warn!(
+                "FusedRnnConfig: dropout = {} with num_layers = 1 does nothing: dropout acts \
+                 between layers (after every layer but the last), so it needs num_layers > 1",
+                self.dropout
+            );
+        }
+    }
+
     /// Validates the configuration and resolves it into an [`RnnSpec`].
     ///
     /// # Panics

@@ -222,6 +222,16 @@ fn checked_params_size(spec: &RnnSpec) -> Result<usize, String> {
         })
 }
 
+/// `params_size` of a spec whose sizes [`check_sizes`] accepted, in closed form (without
+/// building the table of every tensor).
+///
+/// # Panics
+///
+/// If a size overflows `usize`.
+pub(crate) fn params_size_closed_form(spec: &RnnSpec) -> usize {
+    checked_params_size(spec).unwrap_or_else(|msg| panic!("{msg}"))
+}
+
 /// The message for a size of the network that does not fit in `usize`.
 fn overflow(what: String) -> String {
     format!(
@@ -253,7 +263,25 @@ impl RnnLayout {
     pub(crate) fn try_new(spec: RnnSpec) -> Result<Self, String> {
         // Fails fast (two layers' work) before the loop below walks every layer.
         checked_params_size(&spec)?;
+        // The table has one entry per tensor: reserve it first, so that an absurd
+        // `num_layers` is an error rather than an abort (Note [Allocation checks]).
+        let count = spec
+            .num_pseudo_layers()
+            .checked_mul(ParamKind::ALL.len())
+            .ok_or_else(|| {
+                overflow(format!(
+                    "the number of tensors, num_layers = {}",
+                    spec.num_layers
+                ))
+            })?;
         let mut entries = Vec::new();
+        entries.try_reserve_exact(count).map_err(|_| {
+            format!(
+                "expected num_layers small enough to lay out every tensor, got num_layers = {} \
+                 (the allocator refused a table of {count} entries)",
+                spec.num_layers
+            )
+        })?;
         let mut offset: usize = 0;
         for layer in 0..spec.num_layers {
             for direction in 0..spec.num_directions() {

@@ -2,8 +2,9 @@
 
 use burn::tensor::{DType, Tensor};
 
-use crate::backend::{FusedRnnBackend, RnnInputs};
+use crate::backend::FusedRnnBackend;
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::RnnInputs;
 use crate::reference::{float, prim};
 
 /// Result of [`fused_rnn`]: output sequence and final states.
@@ -114,7 +115,8 @@ fn check_dtypes<B: FusedRnnBackend>(
 /// CPU kernel (NdArray, Flex) it is, in elements of the compute dtype (F64 for F64 inputs,
 /// F32 otherwise), with `W = 5H` (LSTM), `4H` (GRU) or `H` (RNN):
 /// `Σ_layers D·T·B·W + (L - 1)·T·B·D·P`, plus one more `T·B·D·P` for F16/BF16 inputs —
-/// linear in `T` and `B`. The reference keeps more (Note [Reserve layout] in
+/// linear in `T` and `B` — rounded up to a multiple of 16 plus 8 (the tag that names the
+/// kernel as the reserve's writer). The reference keeps more (Note [Reserve layout] in
 /// [`crate::reference`]); cuDNN reports its own size.
 ///
 /// ```
@@ -123,10 +125,10 @@ fn check_dtypes<B: FusedRnnBackend>(
 /// use burn_fused_rnn::{reserve_bytes, DropoutSpec, FusedRnnConfig, RnnDescriptor, RnnMode};
 ///
 /// let spec = FusedRnnConfig::new(RnnMode::Lstm, 256, 256).spec();
-/// // B = 32, T = 50: 5 · 256 · 50 · 32 f32 values.
+/// // B = 32, T = 50: 5 · 256 · 50 · 32 f32 values (a multiple of 16), and the tag, 8.
 /// let desc = RnnDescriptor::new(spec, 50, 32, true, None, DropoutSpec::NONE);
 /// let bytes = reserve_bytes::<NdArray>(&desc, DType::F32, &Default::default());
-/// assert_eq!(bytes, 5 * 256 * 50 * 32 * 4);
+/// assert_eq!(bytes, (5 * 256 * 50 * 32 + 8) * 4);
 /// ```
 ///
 /// # Panics

@@ -77,10 +77,11 @@ use burn::backend::autodiff::Autodiff;
 use burn::backend::NdArray;
 use burn::tensor::{DType, Tensor, TensorData};
 
-use crate::backend::{FusedRnnBackend, RnnInputs, RnnOutputGrads};
+use crate::backend::FusedRnnBackend;
 use crate::config::{FusedRnnConfig, InputMode, RnnMode};
 use crate::descriptor::{DropoutSpec, RnnDescriptor};
 use crate::layout::RnnLayout;
+use crate::op_types::{RnnInputs, RnnOutputGrads};
 use crate::ops::fused_rnn;
 use crate::reference::{float, prim};
 

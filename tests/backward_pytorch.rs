@@ -9,7 +9,7 @@ use burn::backend::{Flex, NdArray};
 use burn::tensor::TensorMetadata;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_fused_rnn::{reference, FusedRnnBackend, RnnOutputGrads};
-use common::{check, fixtures, report, tensor, Tol, F32, F64};
+use common::{at_every_simd_level, check, fixtures, report, tensor, Tol, F32, F64};
 
 fn prim<B: FusedRnnBackend, const D: usize>(t: Tensor<B, D>) -> B::FloatTensorPrimitive {
     t.into_primitive().tensor()
@@ -110,17 +110,31 @@ fn backward_matches_pytorch<B: FusedRnnBackend>(backend: &str, path: Path, tol: 
 
 #[test]
 fn backward_matches_pytorch_ndarray_f64() {
-    backward_matches_pytorch::<NdArray<f64>>("ndarray<f64>", Path::Backend, F64);
+    at_every_simd_level("backward_matches_pytorch_ndarray_f64", |level| {
+        backward_matches_pytorch::<NdArray<f64>>(
+            &format!("ndarray<f64> ({level:?})"),
+            Path::Backend,
+            F64,
+        )
+    });
 }
 
 #[test]
 fn backward_matches_pytorch_ndarray_f32() {
-    backward_matches_pytorch::<NdArray<f32>>("ndarray<f32>", Path::Backend, F32);
+    at_every_simd_level("backward_matches_pytorch_ndarray_f32", |level| {
+        backward_matches_pytorch::<NdArray<f32>>(
+            &format!("ndarray<f32> ({level:?})"),
+            Path::Backend,
+            F32,
+        )
+    });
 }
 
 #[test]
 fn backward_matches_pytorch_flex() {
-    backward_matches_pytorch::<Flex>("flex", Path::Backend, F32);
+    at_every_simd_level("backward_matches_pytorch_flex", |level| {
+        backward_matches_pytorch::<Flex>(&format!("flex ({level:?})"), Path::Backend, F32)
+    });
 }
 
 #[test]

@@ -468,8 +468,8 @@ fn the_switch_and_the_reserve_choose_the_path() {
             .iter()
             .map(|(shape, dtype)| (shape.len(), *dtype))
             .collect::<Vec<_>>(),
-        vec![(2, DType::F32); 5],
-        "the kernels' reserve: 2-D F32 tensors (layer 1's input, then gate rows and states per layer)"
+        [vec![(1, DType::F32)], vec![(2, DType::F32); 5]].concat(),
+        "the kernels' reserve: the tag, then 2-D F32 tensors (layer 1's input, then gate rows and states per layer)"
     );
 }
 

@@ -12,7 +12,9 @@ use burn::backend::cuda::CudaDevice;
 use burn::backend::NdArray;
 use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Distribution, Tensor, TensorData, TensorPrimitive};
+use burn_fused_rnn::cudnn::profile::{Op, Phase};
 use burn_fused_rnn::cudnn::{self, profile, RnnAlgorithm};
 use burn_fused_rnn::testing::{assert_parity, parity_cases, Reference, Tolerance};
 use burn_fused_rnn::{
@@ -31,6 +33,7 @@ struct Defaults;
 
 impl Drop for Defaults {
     fn drop(&mut self) {
+        cudnn::set_enabled(true);
         cudnn::set_algorithm(RnnAlgorithm::Standard);
         cudnn::set_tf32(false);
         profile::disable();
@@ -170,6 +173,96 @@ impl CallData {
     }
 }
 
+/// A call's tensors on one backend and device, built from [`CallData`] in `dtype`, and
+/// results read back as `f64`.
+struct On<'a, B: FusedRnnBackend> {
+    desc: &'a RnnDescriptor,
+    data: &'a CallData,
+    device: &'a B::Device,
+    dtype: DType,
+}
+
+impl<B: FusedRnnBackend> On<'_, B> {
+    fn t3(&self, v: &[f64], shape: [usize; 3]) -> FloatTensor<B> {
+        let data = TensorData::new(v.to_vec(), shape).convert_dtype(self.dtype);
+        Tensor::<B, 3>::from_data(data, (self.device, self.dtype))
+            .into_primitive()
+            .tensor()
+    }
+
+    fn inputs(&self) -> RnnInputs<B> {
+        self.inputs_with_x(&self.data.x)
+    }
+
+    fn inputs_with_x(&self, x: &[f64]) -> RnnInputs<B> {
+        let (desc, data) = (self.desc, self.data);
+        let w = TensorData::new(data.w.clone(), [data.w.len()]).convert_dtype(self.dtype);
+        RnnInputs {
+            x: self.t3(x, desc.input_shape()),
+            h0: Some(self.t3(&data.h0, desc.hidden_shape())),
+            c0: data.c0.as_ref().map(|c| self.t3(c, desc.cell_shape())),
+            weights: Tensor::<B, 1>::from_data(w, (self.device, self.dtype))
+                .into_primitive()
+                .tensor(),
+        }
+    }
+
+    fn output_grads(&self) -> RnnOutputGrads<B> {
+        let (desc, data) = (self.desc, self.data);
+        RnnOutputGrads {
+            dy: Some(self.t3(&data.dy, desc.output_shape())),
+            dh_n: Some(self.t3(&data.dh, desc.hidden_shape())),
+            dc_n: data.dc.as_ref().map(|c| self.t3(c, desc.cell_shape())),
+        }
+    }
+
+    /// The training forward, `between` (after the forward is called: under fusion, after
+    /// it is registered), the backward, then what `between` returned is dropped, and the
+    /// training outputs and every gradient are read.
+    fn training_step<T>(&self, between: impl FnOnce() -> T) -> Vec<(&'static str, Vec<f64>)> {
+        let (training, reserve) = B::fused_rnn_forward_training(self.desc, self.inputs());
+        let held = between();
+        let grads = B::fused_rnn_backward(
+            self.desc,
+            self.inputs(),
+            training.clone(),
+            reserve,
+            self.output_grads(),
+        );
+        drop(held);
+        let mut out = vec![
+            ("train y", read3::<B>(training.y)),
+            ("train h_n", read3::<B>(training.h_n)),
+        ];
+        if let Some(c) = training.c_n {
+            out.push(("train c_n", read3::<B>(c)));
+        }
+        out.push(("dx", read3::<B>(grads.dx)));
+        out.push(("dh0", read3::<B>(grads.dh0)));
+        if let Some(dc0) = grads.dc0 {
+            out.push(("dc0", read3::<B>(dc0)));
+        }
+        out.push(("dweights", read1::<B>(grads.dweights)));
+        out
+    }
+}
+
+fn read3<B: FusedRnnBackend>(p: FloatTensor<B>) -> Vec<f64> {
+    Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(p))
+        .into_data()
+        .convert::<f64>()
+        .to_vec::<f64>()
+        .unwrap()
+}
+
+fn read1<B: FusedRnnBackend>(p: FloatTensor<B>) -> Vec<f64> {
+    Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(p))
+        .into_data()
+        .convert::<f64>()
+        .to_vec::<f64>()
+        .unwrap()
+}
+
 /// The inference forward, the training forward and the backward through the backend
 /// trait itself (no `fused_rnn` dtype check, no autodiff), read back as `f64`.
 fn through_the_trait<B: FusedRnnBackend>(
@@ -178,64 +271,20 @@ fn through_the_trait<B: FusedRnnBackend>(
     device: &B::Device,
     dtype: DType,
 ) -> Vec<(&'static str, Vec<f64>)> {
-    let t = |v: &[f64], shape: Vec<usize>| {
-        let data = TensorData::new(v.to_vec(), shape).convert_dtype(dtype);
-        Tensor::<B, 3>::from_data(data, (device, dtype))
-            .into_primitive()
-            .tensor()
-    };
-    let w1 = |v: &[f64]| {
-        let data = TensorData::new(v.to_vec(), [v.len()]).convert_dtype(dtype);
-        Tensor::<B, 1>::from_data(data, (device, dtype))
-            .into_primitive()
-            .tensor()
-    };
-    let inputs = || RnnInputs::<B> {
-        x: t(&data.x, desc.input_shape().to_vec()),
-        h0: Some(t(&data.h0, desc.hidden_shape().to_vec())),
-        c0: data.c0.as_ref().map(|c| t(c, desc.cell_shape().to_vec())),
-        weights: w1(&data.w),
-    };
-    let read3 = |p| {
-        Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(p))
-            .into_data()
-            .convert::<f64>()
-            .to_vec::<f64>()
-            .unwrap()
-    };
-    let read1 = |p| {
-        Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(p))
-            .into_data()
-            .convert::<f64>()
-            .to_vec::<f64>()
-            .unwrap()
+    let on = On::<B> {
+        desc,
+        data,
+        device,
+        dtype,
     };
     let mut out = Vec::new();
-    let inference = B::fused_rnn_forward(desc, inputs());
-    out.push(("y", read3(inference.y)));
-    out.push(("h_n", read3(inference.h_n)));
+    let inference = B::fused_rnn_forward(desc, on.inputs());
+    out.push(("y", read3::<B>(inference.y)));
+    out.push(("h_n", read3::<B>(inference.h_n)));
     if let Some(c) = inference.c_n {
-        out.push(("c_n", read3(c)));
+        out.push(("c_n", read3::<B>(c)));
     }
-    let (training, reserve) = B::fused_rnn_forward_training(desc, inputs());
-    out.push(("train y", read3(training.y.clone())));
-    let grads = B::fused_rnn_backward(
-        desc,
-        inputs(),
-        training,
-        reserve,
-        RnnOutputGrads {
-            dy: Some(t(&data.dy, desc.output_shape().to_vec())),
-            dh_n: Some(t(&data.dh, desc.hidden_shape().to_vec())),
-            dc_n: data.dc.as_ref().map(|c| t(c, desc.cell_shape().to_vec())),
-        },
-    );
-    out.push(("dx", read3(grads.dx)));
-    out.push(("dh0", read3(grads.dh0)));
-    if let Some(dc0) = grads.dc0 {
-        out.push(("dc0", read3(dc0)));
-    }
-    out.push(("dweights", read1(grads.dweights)));
+    out.extend(on.training_step(|| ()));
     out
 }
 
@@ -355,53 +404,23 @@ fn the_backward_follows_the_forwards_settings() {
     let data = CallData::new(&desc, DType::F32, 11);
     cudnn::set_tf32(true);
     cudnn::set_algorithm(RnnAlgorithm::PersistStatic);
-    let unchanged = through_the_trait::<CudaPlain>(&desc, &data, &device, DType::F32);
+    let on = On::<CudaPlain> {
+        desc: &desc,
+        data: &data,
+        device: &device,
+        dtype: DType::F32,
+    };
+    let unchanged = on.training_step(|| ());
     // Same calls, with the settings switched between the training forward and the
     // backward.
-    let t = |v: &[f64], shape: [usize; 3]| {
-        let data = TensorData::new(v.to_vec(), shape).convert_dtype(DType::F32);
-        Tensor::<CudaPlain, 3>::from_data(data, (&device, DType::F32))
-            .into_primitive()
-            .tensor()
-    };
-    let w = Tensor::<CudaPlain, 1>::from_data(
-        TensorData::new(data.w.clone(), [data.w.len()]).convert_dtype(DType::F32),
-        (&device, DType::F32),
-    )
-    .into_primitive()
-    .tensor();
-    let inputs = || RnnInputs::<CudaPlain> {
-        x: t(&data.x, desc.input_shape()),
-        h0: Some(t(&data.h0, desc.hidden_shape())),
-        c0: data.c0.as_ref().map(|c| t(c, desc.cell_shape())),
-        weights: w.clone(),
-    };
-    let (out, reserve) = CudaPlain::fused_rnn_forward_training(&desc, inputs());
-    cudnn::set_tf32(false);
-    cudnn::set_algorithm(RnnAlgorithm::Standard);
-    let grads = CudaPlain::fused_rnn_backward(
-        &desc,
-        inputs(),
-        out,
-        reserve,
-        RnnOutputGrads {
-            dy: Some(t(&data.dy, desc.output_shape())),
-            dh_n: Some(t(&data.dh, desc.hidden_shape())),
-            dc_n: data.dc.as_ref().map(|c| t(c, desc.cell_shape())),
-        },
-    );
-    let read = |p| {
-        Tensor::<CudaPlain, 3>::from_primitive(TensorPrimitive::Float(p))
-            .into_data()
-            .convert::<f64>()
-            .to_vec::<f64>()
-            .unwrap()
-    };
-    let dx = unchanged.iter().find(|(n, _)| *n == "dx").unwrap();
+    let switched = on.training_step(|| {
+        cudnn::set_tf32(false);
+        cudnn::set_algorithm(RnnAlgorithm::Standard);
+    });
     assert_close(
-        "dx after switching TF32 and the algorithm",
-        &[("dx", read(grads.dx))],
-        std::slice::from_ref(dx),
+        "after switching TF32 and the algorithm",
+        &switched,
+        &unchanged,
         Tolerance {
             rtol: 1e-6,
             atol: 1e-7,
@@ -428,7 +447,6 @@ fn the_profile_times_each_phase_of_a_call() {
     profile::disable();
     let report = profile::take();
     eprintln!("{report}");
-    use profile::{Op, Phase};
     for phase in [
         Phase::Lookup,
         Phase::Checks,
@@ -505,4 +523,359 @@ fn checkpoints_move_between_cuda_and_ndarray() {
     move_checkpoint::<CudaFusion, NdArray>("cuda_to_ndarray");
     move_checkpoint::<NdArray, CudaFusion>("ndarray_to_cuda");
     move_checkpoint::<CudaPlain, NdArray>("cuda_plain_to_ndarray");
+}
+
+/// Names each concrete algorithm that ran a cuDNN call since `before`.
+fn ran_since(before: &[u64]) -> Vec<&'static str> {
+    RnnAlgorithm::CONCRETE
+        .iter()
+        .zip(calls_per_algorithm().iter().zip(before))
+        .filter(|(_, (after, before))| after > before)
+        .map(|(a, _)| a.name())
+        .collect()
+}
+
+/// Holds all but `margin` bytes of device `index`'s free memory until dropped.
+fn occupy_device_memory(index: usize, margin: usize) -> cudarc::driver::CudaSlice<u8> {
+    let context = cudarc::driver::CudaContext::new(index).expect("CUDA context");
+    let (free, total) = context.mem_get_info().expect("free device memory");
+    let bytes = free.saturating_sub(margin);
+    let stream = context.default_stream();
+    let block = stream
+        .alloc_zeros::<u8>(bytes)
+        .unwrap_or_else(|e| panic!("occupying {bytes} of {free} free bytes: {e:?}"));
+    stream.synchronize().expect("synchronize");
+    eprintln!(
+        "occupied {} MiB of device {index} ({} MiB free of {} MiB before)",
+        bytes >> 20,
+        free >> 20,
+        total >> 20
+    );
+    block
+}
+
+/// Issue 21, defect 1: an `Auto` training forward's backward finds the forward's call
+/// shape and never builds or probes, even when the memory a probe of that shape needs
+/// (inputs, outputs, their gradients, the reserve: hundreds of MiB here) is no longer
+/// free. Its gradients match the standard algorithm's on the same data.
+#[test]
+fn auto_training_backward_runs_without_a_probe_under_a_reduced_memory_budget() {
+    let test = "auto_training_backward_runs_without_a_probe_under_a_reduced_memory_budget";
+    let Some(_gpu) = gpu(test) else { return };
+    let device = CudaDevice::default();
+    // LSTM H = 128: `Auto` runs small-H for training (Note [RNN algorithms]).
+    let spec = FusedRnnConfig::new(RnnMode::Lstm, 128, 128).spec();
+    let desc = RnnDescriptor::new(spec, 2048, 32, true, None, DropoutSpec::NONE);
+    let data = CallData::new(&desc, DType::F32, 21);
+    let on = On::<CudaPlain> {
+        desc: &desc,
+        data: &data,
+        device: &device,
+        dtype: DType::F32,
+    };
+    let expected = on.training_step(|| ());
+    cudnn::set_algorithm(RnnAlgorithm::Auto);
+    // One step fills cubecl's memory pool with this step's buffers; then the cuDNN cache is
+    // dropped, so that the forward below chooses (and probes) again with memory free.
+    let _ = on.training_step(|| ());
+    cudnn::clear_cache();
+    let before = calls_per_algorithm();
+    profile::reset();
+    let got = on.training_step(|| {
+        profile::enable();
+        occupy_device_memory(device.index, 64 << 20)
+    });
+    profile::disable();
+    let report = profile::take();
+    eprintln!("{test}:\n{report}");
+    assert!(
+        report.get(Op::Backward, Phase::Build).is_none(),
+        "the backward built or probed:\n{report}"
+    );
+    assert_eq!(
+        report.get(Op::Backward, Phase::Lookup).map(|r| r.count),
+        Some(1)
+    );
+    assert_eq!(ran_since(&before), ["persist_static_small_h"]);
+    let mut tolerance = Tolerance::for_dtype(DType::F32);
+    tolerance.rtol *= 10.0;
+    tolerance.atol *= 10.0;
+    assert_close(
+        "auto (small-H) against standard",
+        &got,
+        &expected,
+        tolerance,
+    );
+}
+
+/// Issue 21, defect 2: under fusion, settings changed after a training forward is
+/// registered do not reach its execution (Note [Declared outputs]): the forward runs the
+/// algorithm and TF32 setting of its registration, its reserve is the one it declared,
+/// and every result equals the run without the change. Also an inference forward
+/// registered before `set_enabled(false)` still runs cuDNN.
+#[test]
+fn settings_changed_between_registration_and_execution_do_not_reach_a_fused_op() {
+    let test = "settings_changed_between_registration_and_execution_do_not_reach_a_fused_op";
+    let Some(_gpu) = gpu(test) else { return };
+    let device = CudaDevice::default();
+    let spec = FusedRnnConfig::new(RnnMode::Lstm, 128, 128).spec();
+    let desc = RnnDescriptor::new(spec, 16, 8, true, None, DropoutSpec::NONE);
+    let data = CallData::new(&desc, DType::F32, 31);
+    let on = On::<CudaFusion> {
+        desc: &desc,
+        data: &data,
+        device: &device,
+        dtype: DType::F32,
+    };
+    cudnn::set_algorithm(RnnAlgorithm::Auto);
+    let before = calls_per_algorithm();
+    let expected = on.training_step(|| ());
+    let ran_unchanged = ran_since(&before);
+    let before = calls_per_algorithm();
+    let mut deferred = false;
+    let got = on.training_step(|| {
+        deferred = calls_per_algorithm() == before;
+        cudnn::set_algorithm(RnnAlgorithm::PersistDynamic);
+        cudnn::set_tf32(true);
+    });
+    eprintln!(
+        "{test}: the training forward {} (ran: {:?})",
+        if deferred {
+            "executed after the settings changed"
+        } else {
+            "executed when it was registered"
+        },
+        ran_since(&before)
+    );
+    assert_eq!(
+        ran_since(&before),
+        ran_unchanged,
+        "the algorithm of the registration ran"
+    );
+    let same = Tolerance {
+        rtol: 1e-6,
+        atol: 1e-7,
+    };
+    assert_close(
+        "after switching the algorithm and TF32",
+        &got,
+        &expected,
+        same,
+    );
+
+    cudnn::set_algorithm(RnnAlgorithm::Standard);
+    cudnn::set_tf32(false);
+    let calls = cudnn::cudnn_calls();
+    let y = CudaFusion::fused_rnn_forward(&desc, on.inputs()).y;
+    cudnn::set_enabled(false);
+    let y = read3::<CudaFusion>(y);
+    cudnn::set_enabled(true);
+    assert_eq!(
+        cudnn::cudnn_calls() - calls,
+        1,
+        "the inference forward ran cuDNN"
+    );
+    let reference = through_the_trait::<Reference>(&desc, &data, &Default::default(), DType::F32);
+    assert_close(
+        "inference y",
+        &[("y", y)],
+        &reference[..1],
+        Tolerance::for_dtype(DType::F32),
+    );
+}
+
+/// Issue 21, defect 4: one thread alternating between two devices, building new call
+/// shapes on each while the other's context was current, then dropping both devices'
+/// state (`clear_cache`) and building again; every result matches the reference.
+#[test]
+fn two_devices_from_one_thread() {
+    let test = "two_devices_from_one_thread";
+    let Some(_gpu) = gpu(test) else { return };
+    let count = cudnn::cuda_device_available().unwrap_or(0);
+    if count < 2 {
+        eprintln!("SKIPPED {test}: needs two CUDA devices, this machine has {count}");
+        return;
+    }
+    let spec = FusedRnnConfig::new(RnnMode::Gru, 32, 48)
+        .with_num_layers(2)
+        .with_bidirectional(true)
+        .spec();
+    for round in 0..3 {
+        if round == 2 {
+            cudnn::clear_cache();
+        }
+        for index in [0, 1, 0, 1] {
+            let device = CudaDevice::new(index);
+            // A new call shape per device and round (new lengths on the device, a new
+            // workspace size).
+            let batch = 2 + round + index;
+            let desc =
+                RnnDescriptor::new(spec, 5 + 3 * round, batch, false, None, DropoutSpec::NONE);
+            let data = CallData::new(&desc, DType::F32, 40 + round as u64);
+            let expected =
+                through_the_trait::<Reference>(&desc, &data, &Default::default(), DType::F64);
+            let before = cudnn::cudnn_calls();
+            let got = through_the_trait::<CudaPlain>(&desc, &data, &device, DType::F32);
+            assert_eq!(
+                cudnn::cudnn_calls() - before,
+                4,
+                "device {index}: cuDNN ran every call"
+            );
+            assert_close(
+                &format!("device {index}, round {round}"),
+                &got,
+                &expected,
+                Tolerance::for_dtype(DType::F32),
+            );
+        }
+    }
+    cudnn::clear_cache();
+}
+
+/// Issue 21: the persistent algorithms take batch-first input in cuDNN's batch-major
+/// layout as it is (PyTorch always hands them sequence-major data); both layouts, odd and
+/// even batches, match the reference, and each layout runs the same algorithm.
+#[test]
+fn persistent_algorithms_take_batch_first_input_as_it_is() {
+    let test = "persistent_algorithms_take_batch_first_input_as_it_is";
+    let Some(_gpu) = gpu(test) else { return };
+    let device = CudaDevice::default();
+    for mode in [RnnMode::Lstm, RnnMode::Gru] {
+        for batch in [3, 8] {
+            for algorithm in &RnnAlgorithm::CONCRETE[1..] {
+                let mut ran = Vec::new();
+                for batch_first in [true, false] {
+                    let spec = FusedRnnConfig::new(mode, 128, 128).spec();
+                    let desc =
+                        RnnDescriptor::new(spec, 12, batch, batch_first, None, DropoutSpec::NONE);
+                    let data = CallData::new(&desc, DType::F32, 50 + batch as u64);
+                    let expected = through_the_trait::<Reference>(
+                        &desc,
+                        &data,
+                        &Default::default(),
+                        DType::F64,
+                    );
+                    cudnn::set_algorithm(*algorithm);
+                    let before = calls_per_algorithm();
+                    let got = through_the_trait::<CudaPlain>(&desc, &data, &device, DType::F32);
+                    cudnn::set_algorithm(RnnAlgorithm::Standard);
+                    let what = format!(
+                        "{} B{batch} {algorithm} batch_first={batch_first}",
+                        mode.name()
+                    );
+                    assert_close(&what, &got, &expected, Tolerance::for_dtype(DType::F32));
+                    ran.push(ran_since(&before));
+                    eprintln!("{test}: {what}: ran {:?}", ran.last().unwrap());
+                }
+                assert_eq!(
+                    ran[0],
+                    ran[1],
+                    "{} B{batch} {algorithm}: the layouts ran different algorithms",
+                    mode.name()
+                );
+            }
+        }
+    }
+}
+
+/// Issue 21: `PERSIST_DYNAMIC` with dropout, whose networks are one per batch size and
+/// share one dropout state (Note [cuDNN dropout] in `src/cudnn/build.rs`):
+/// - a fresh state draws the same masks again (the check below relies on it);
+/// - a second batch size continues the first one's random stream instead of starting a
+///   fresh one (its first masks differ from a fresh state's);
+/// - the backward uses the forward's masks: at the second batch size, the gradient along
+///   a direction `v` equals the central difference of the forward's outputs (weighted by
+///   the output gradients) along `v`, each forward drawing the same masks from a fresh
+///   state and the same prefix of calls.
+#[test]
+fn persist_dynamic_with_dropout_across_two_batch_sizes() {
+    let test = "persist_dynamic_with_dropout_across_two_batch_sizes";
+    let Some(_gpu) = gpu(test) else { return };
+    let device = CudaDevice::default();
+    let spec = FusedRnnConfig::new(RnnMode::Lstm, 64, 64)
+        .with_num_layers(2)
+        .spec();
+    let dropout = DropoutSpec {
+        probability: 0.5,
+        seed: 17,
+    };
+    let d8 = RnnDescriptor::new(spec, 6, 8, false, None, dropout);
+    let d4 = RnnDescriptor::new(spec, 6, 4, false, None, dropout);
+    let (data8, data4) = (
+        CallData::new(&d8, DType::F32, 61),
+        CallData::new(&d4, DType::F32, 62),
+    );
+    let on8 = On::<CudaPlain> {
+        desc: &d8,
+        data: &data8,
+        device: &device,
+        dtype: DType::F32,
+    };
+    let on4 = On::<CudaPlain> {
+        desc: &d4,
+        data: &data4,
+        device: &device,
+        dtype: DType::F32,
+    };
+    cudnn::set_algorithm(RnnAlgorithm::PersistDynamic);
+    let forward = |on: &On<CudaPlain>, x: &[f64]| {
+        let (out, _) = CudaPlain::fused_rnn_forward_training(on.desc, on.inputs_with_x(x));
+        read3::<CudaPlain>(out.y)
+    };
+    let before = calls_per_algorithm();
+    cudnn::clear_cache();
+    let first8 = forward(&on8, &data8.x);
+    cudnn::clear_cache();
+    assert!(
+        forward(&on8, &data8.x) == first8,
+        "expected a fresh dropout state to draw the same masks again"
+    );
+    let after8 = forward(&on4, &data4.x);
+    cudnn::clear_cache();
+    let fresh4 = forward(&on4, &data4.x);
+    let ran = ran_since(&before);
+    eprintln!("{test}: ran {ran:?}");
+    if ran != ["persist_dynamic"] {
+        eprintln!("{test}: cuDNN did not run PERSIST_DYNAMIC with dropout here; the checks below run on {ran:?}");
+    }
+    assert!(
+        after8 != fresh4,
+        "expected the second batch size to continue the first one's random stream, got a fresh stream's masks"
+    );
+
+    // The gradient along v against the central difference, after the same prefix (one
+    // call at B = 8) from a fresh state each time.
+    let v = values(data4.x.len(), 63, 1.0, DType::F32);
+    let loss = |x: &[f64]| {
+        cudnn::clear_cache();
+        forward(&on8, &data8.x);
+        let (out, _) = CudaPlain::fused_rnn_forward_training(&d4, on4.inputs_with_x(x));
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a * b).sum::<f64>();
+        dot(&read3::<CudaPlain>(out.y), &data4.dy)
+            + dot(&read3::<CudaPlain>(out.h_n), &data4.dh)
+            + dot(
+                &read3::<CudaPlain>(out.c_n.unwrap()),
+                data4.dc.as_ref().unwrap(),
+            )
+    };
+    let eps = 1e-2;
+    let shifted = |sign: f64| -> Vec<f64> {
+        data4
+            .x
+            .iter()
+            .zip(&v)
+            .map(|(x, v)| x + sign * eps * v)
+            .collect()
+    };
+    let numeric = (loss(&shifted(1.0)) - loss(&shifted(-1.0))) / (2.0 * eps);
+    cudnn::clear_cache();
+    forward(&on8, &data8.x);
+    let step = on4.training_step(|| ());
+    let dx = &step.iter().find(|(n, _)| *n == "dx").unwrap().1;
+    let analytic: f64 = dx.iter().zip(&v).map(|(d, v)| d * v).sum();
+    eprintln!("{test}: dx·v = {analytic}, central difference {numeric}");
+    assert!(
+        (analytic - numeric).abs() <= 1e-3 * numeric.abs().max(1.0),
+        "dx·v = {analytic}, central difference {numeric}: the backward did not use the forward's masks"
+    );
 }

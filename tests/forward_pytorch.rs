@@ -8,7 +8,7 @@ mod common;
 use burn::backend::{Flex, NdArray};
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_fused_rnn::{reference, FusedRnnBackend, RnnState};
-use common::{array, check, fixtures, report, Tol, F32, F64};
+use common::{array, at_every_simd_level, check, fixtures, report, Tol, F32, F64};
 
 fn forward_matches_pytorch<B: FusedRnnBackend>(backend: &str, tol: Tol) {
     let device = B::Device::default();
@@ -44,19 +44,27 @@ fn forward_matches_pytorch<B: FusedRnnBackend>(backend: &str, tol: Tol) {
     report(failures);
 }
 
+// The native kernel at every SIMD level the CPU has (Note [SIMD levels]).
+
 #[test]
 fn forward_matches_pytorch_ndarray_f64() {
-    forward_matches_pytorch::<NdArray<f64>>("ndarray<f64>", F64);
+    at_every_simd_level("forward_matches_pytorch_ndarray_f64", |level| {
+        forward_matches_pytorch::<NdArray<f64>>(&format!("ndarray<f64> ({level:?})"), F64)
+    });
 }
 
 #[test]
 fn forward_matches_pytorch_ndarray_f32() {
-    forward_matches_pytorch::<NdArray<f32>>("ndarray<f32>", F32);
+    at_every_simd_level("forward_matches_pytorch_ndarray_f32", |level| {
+        forward_matches_pytorch::<NdArray<f32>>(&format!("ndarray<f32> ({level:?})"), F32)
+    });
 }
 
 #[test]
 fn forward_matches_pytorch_flex_f32() {
-    forward_matches_pytorch::<Flex>("flex", F32);
+    at_every_simd_level("forward_matches_pytorch_flex_f32", |level| {
+        forward_matches_pytorch::<Flex>(&format!("flex ({level:?})"), F32)
+    });
 }
 
 /// The reference's inference forward on `B`, called directly.

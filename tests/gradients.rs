@@ -14,7 +14,7 @@ use burn_fused_rnn::{
     fused_rnn, DropoutSpec, FusedRnn, FusedRnnBackend, FusedRnnConfig, InputMode, RnnDescriptor,
     RnnInputs, RnnLayout, RnnMode, RnnState,
 };
-use common::{array, check, fixtures, report, tensor, Tol, F32, F64};
+use common::{array, at_every_simd_level, check, fixtures, report, tensor, Tol, F32, F64};
 
 /// The gradient of one parameter, as f64 values.
 fn grad<B: AutodiffBackend, const D: usize>(
@@ -118,17 +118,29 @@ fn gradients_match_pytorch<B: AutodiffBackend + FusedRnnBackend>(backend: &str, 
 
 #[test]
 fn gradients_match_pytorch_ndarray_f64() {
-    gradients_match_pytorch::<Autodiff<NdArray<f64>>>("autodiff<ndarray<f64>>", F64);
+    at_every_simd_level("gradients_match_pytorch_ndarray_f64", |level| {
+        gradients_match_pytorch::<Autodiff<NdArray<f64>>>(
+            &format!("autodiff<ndarray<f64>> ({level:?})"),
+            F64,
+        )
+    });
 }
 
 #[test]
 fn gradients_match_pytorch_ndarray_f32() {
-    gradients_match_pytorch::<Autodiff<NdArray<f32>>>("autodiff<ndarray<f32>>", F32);
+    at_every_simd_level("gradients_match_pytorch_ndarray_f32", |level| {
+        gradients_match_pytorch::<Autodiff<NdArray<f32>>>(
+            &format!("autodiff<ndarray<f32>> ({level:?})"),
+            F32,
+        )
+    });
 }
 
 #[test]
 fn gradients_match_pytorch_flex() {
-    gradients_match_pytorch::<Autodiff<Flex>>("autodiff<flex>", F32);
+    at_every_simd_level("gradients_match_pytorch_flex", |level| {
+        gradients_match_pytorch::<Autodiff<Flex>>(&format!("autodiff<flex> ({level:?})"), F32)
+    });
 }
 
 #[test]

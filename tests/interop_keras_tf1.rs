@@ -258,7 +258,7 @@ fn tf1_scope_and_foreign_variables() {
     let err = tf1::import::<NdArray>(RnnMode::Gru, &scoped, "", &device)
         .unwrap_err()
         .to_string();
-    assert!(err.starts_with("rnn/multi_rnn_cell/cell_0/cudnn_compatible_gru_cell/gates/kernel: expected a tensor, got none"), "{err}");
+    assert!(err.starts_with("missing tensor rnn/multi_rnn_cell/cell_0/cudnn_compatible_gru_cell/gates/kernel: expected a tensor, got none"), "{err}");
     let mut broken = tf1_tensors("lstm");
     broken.remove(
         "stack_bidirectional_rnn/cell_1/bidirectional_rnn/bw/cudnn_compatible_lstm_cell/bias",
@@ -268,7 +268,7 @@ fn tf1_scope_and_foreign_variables() {
         .to_string();
     assert_eq!(
         err,
-        "stack_bidirectional_rnn/cell_1/bidirectional_rnn/bw/cudnn_compatible_lstm_cell/bias: expected a tensor, got none"
+        "missing tensor stack_bidirectional_rnn/cell_1/bidirectional_rnn/bw/cudnn_compatible_lstm_cell/bias: expected a tensor, got none"
     );
 }
 

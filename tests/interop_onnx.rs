@@ -119,6 +119,7 @@ fn rnn_relu_goes_through_activations() {
     let device = Default::default();
     let rnn: FusedRnn<NdArray> = PytorchImport::new(RnnMode::RnnRelu)
         .with_prefix("decoder.rnn.")
+        .with_batch_first(true) // the model made it with batch_first=True
         .load(fixture("rnn_relu.safetensors"), &device)
         .unwrap();
     let nodes = onnx::export(&rnn).unwrap();

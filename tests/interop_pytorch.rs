@@ -196,7 +196,7 @@ fn wrong_config_names_the_key_and_both_shapes() {
     assert!(matches!(err, InteropError::Unexpected { .. }), "{msg}");
     assert!(
         msg.starts_with(
-            "encoder.rnn.weight_ih_l1: expected no such tensor, got one of shape [20, 6]"
+            "unexpected tensor encoder.rnn.weight_ih_l1: expected no such tensor, got one of shape [20, 6]"
         ),
         "{msg}"
     );
@@ -237,7 +237,7 @@ fn missing_prefix_suggests_the_right_one() {
     assert!(matches!(err, InteropError::Missing { .. }), "{err}");
     assert_eq!(
         err.to_string(),
-        "weight_hh_l0: expected a tensor, got none (no key under prefix \"\" is an RNN parameter; the file has RNN parameters under prefix \"encoder.rnn.\")"
+        "missing tensor weight_hh_l0: expected a tensor, got none (no key under prefix \"\" is an RNN parameter; the file has RNN parameters under prefix \"encoder.rnn.\")"
     );
     // The right prefix, but other tensors under it.
     let err = load_err(
@@ -246,7 +246,7 @@ fn missing_prefix_suggests_the_right_one() {
     );
     assert!(
         err.to_string()
-            .starts_with("decoder.weight_hh_l0: expected a tensor, got none"),
+            .starts_with("missing tensor decoder.weight_hh_l0: expected a tensor, got none"),
         "{err}"
     );
     assert!(

@@ -6,7 +6,7 @@
 use burn::backend::ndarray::NdArray;
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Element, ElementConversion, Tensor};
+use burn::tensor::{DType, Distribution, Element, ElementConversion, Tensor};
 use burn_fused_rnn::{FusedRnn, FusedRnnBackend, FusedRnnConfig, RnnMode, RnnState};
 
 fn random<B: Backend, const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
@@ -128,7 +128,9 @@ fn stepped_gradients_equal_forward_gradients() {
 
     let prepared = rnn.prepare();
     let mut state = None;
-    let mut loss = Tensor::<AD, 1>::zeros([1], &Default::default());
+    // An explicit dtype: NdArray<f32> and NdArray<f64> share one device, whose default
+    // dtype is whichever the process used first.
+    let mut loss = Tensor::<AD, 1>::zeros([1], (&Default::default(), DType::F64));
     for t in 0..seq {
         let (y_t, s) = prepared.step(x.clone().narrow(1, t, 1).squeeze_dim(1), state);
         let g_t = g.clone().narrow(1, t, 1).squeeze_dim::<2>(1);

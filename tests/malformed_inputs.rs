@@ -274,9 +274,12 @@ fn run_malformed(case: &Case, bad: &Malformation) -> (Vec<&'static str>, Option<
                 let m = case.config().init::<B>(&device);
                 let mut shape = case.hidden_shape();
                 shape[*dim] = add(shape[*dim], *delta);
+                // An LSTM also gets a valid cell state: it refuses a hidden state alone.
+                let cell =
+                    (case.mode == RnnMode::Lstm).then(|| zeros(case.cell_shape(), DType::F32));
                 m.forward(
                     valid_x(),
-                    Some(RnnState::new(zeros(shape, DType::F32), None)),
+                    Some(RnnState::new(zeros(shape, DType::F32), cell)),
                 );
             }),
         ),
@@ -299,7 +302,9 @@ fn run_malformed(case: &Case, bad: &Malformation) -> (Vec<&'static str>, Option<
             vec!["initial hidden state", "dtype"],
             panic_message(|| {
                 let m = case.config().init::<B>(&device);
-                let state = RnnState::new(zeros(case.hidden_shape(), DType::F16), None);
+                let cell =
+                    (case.mode == RnnMode::Lstm).then(|| zeros(case.cell_shape(), DType::F16));
+                let state = RnnState::new(zeros(case.hidden_shape(), DType::F16), cell);
                 m.forward(valid_x(), Some(state));
             }),
         ),

@@ -4,6 +4,8 @@
 //! kernel, in every mode, with 2 bidirectional layers, dropout and projection, both layouts.
 //! (The parity suite's garbage-padding cases check every backend against the reference.)
 
+mod common;
+
 use burn::backend::{Flex, NdArray};
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_fused_rnn::{
@@ -191,7 +193,18 @@ fn garbage_in_padding_changes_nothing_in_the_reference() {
 
 #[test]
 fn garbage_in_padding_changes_nothing_in_the_native_kernel() {
-    garbage_changes_nothing::<NdArray<f64>>("ndarray<f64>", via_backend);
-    garbage_changes_nothing::<NdArray<f32>>("ndarray<f32>", via_backend);
-    garbage_changes_nothing::<Flex>("flex", via_backend);
+    common::at_every_simd_level(
+        "garbage_in_padding_changes_nothing_in_the_native_kernel",
+        |level| {
+            garbage_changes_nothing::<NdArray<f64>>(
+                &format!("ndarray<f64> ({level:?})"),
+                via_backend,
+            );
+            garbage_changes_nothing::<NdArray<f32>>(
+                &format!("ndarray<f32> ({level:?})"),
+                via_backend,
+            );
+            garbage_changes_nothing::<Flex>(&format!("flex ({level:?})"), via_backend);
+        },
+    );
 }

@@ -26,6 +26,34 @@ burn_fused_rnn::testgen!(
     [DType::F32, DType::F16, DType::BF16]
 );
 
+// The native CPU kernel at the SIMD levels the CPU would not pick by itself (the tests
+// above run at the detected one; Note [SIMD levels]): AVX2 and the portable fallback on an
+// AVX-512 machine, the fallback on an AVX2 machine. The whole grid, every mode, in F64 and
+// F32 on NdArray and F32 on Flex.
+#[test]
+fn native_kernel_at_every_other_simd_level() {
+    use burn_fused_rnn::{testing::assert_parity, with_simd_level, SimdLevel};
+    let detected = SimdLevel::detected();
+    for level in SimdLevel::ALL {
+        if level == detected {
+            continue;
+        }
+        if !level.is_available() {
+            println!(
+                "SKIPPED native_kernel_at_every_other_simd_level at {}: this CPU lacks it",
+                level.name()
+            );
+            continue;
+        }
+        with_simd_level(level, || {
+            let device = Default::default();
+            assert_parity::<burn::backend::NdArray<f64>>(&device, DType::F64, |_| true);
+            assert_parity::<burn::backend::NdArray<f32>>(&device, DType::F32, |_| true);
+            assert_parity::<burn::backend::Flex>(&Default::default(), DType::F32, |_| true);
+        });
+    }
+}
+
 // Wgpu: what `testgen!` generates, except that each test first checks that Wgpu has an
 // adapter here and otherwise skips with a message (`common/wgpu.rs`), as the CUDA tests do
 // without a GPU, and checks that the CubeCL kernels (`burn_fused_rnn::cube`) ran every

@@ -69,10 +69,27 @@ fn native_backward_refuses_the_reference_reserve() {
 
 #[test]
 #[should_panic(
-    expected = "expected reserve to be the native CPU kernel's training-forward reserve for this call, [([360], F32)], got [([288], F32)]"
+    expected = "expected reserve to be the native CPU kernel's training-forward reserve for this call, [([376], F32)], got [([296], F32)] (tagged by the native CPU kernel)"
 )]
 fn native_backward_refuses_a_reserve_made_for_another_call() {
     backward_with::<Flex>(&desc(4), &desc(5), false);
+}
+
+/// A 1-D F32 reserve whose length carries cuDNN's tag (Note [Reserve tag]: length mod 16
+/// in 0..8) is named as cuDNN's.
+#[test]
+#[should_panic(
+    expected = "expected reserve to be the native CPU kernel's training-forward reserve for this call, [([376], F32)], got [([371], F32)] (tagged by cuDNN)"
+)]
+fn native_backward_names_a_cudnn_reserve() {
+    let d = desc(5);
+    let (out, _) = <NdArray as FusedRnnBackend>::fused_rnn_forward_training(&d, inputs(&d));
+    let cudnn_like: RnnReserve<NdArray> = RnnReserve {
+        tensors: vec![Tensor::<NdArray, 1>::zeros([371], &Default::default())
+            .into_primitive()
+            .tensor()],
+    };
+    <NdArray as FusedRnnBackend>::fused_rnn_backward(&d, inputs(&d), out, cudnn_like, no_grads());
 }
 
 #[test]

@@ -12,14 +12,18 @@
 //! are written as zeros, the carried `dh`/`dc` pass them unchanged, and the padded rows of
 //! the caller's `x` and `dy` are never read (x's are zeroed in a copy before `dG^T x`).
 
+use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
+
 use super::cell;
-use super::float::Float;
-use super::forward::{
-    direction_threads, dropped, for_rows, gemm_threads, per_direction, step_rows, Inputs,
-    PARALLEL_WORK,
-};
 use super::gemm::{gemm, Mat, MatMut};
+use super::packed::{Lane, Packed};
+use super::plan::{dropped, row_step, step_rows, Inputs};
 use super::plan::{state_of, CellWeights, Plan, ReserveLayout};
+use super::schedule::{
+    direction_threads, for_rows, gemm_threads, per_direction, step_threads, PARALLEL_WORK,
+};
+use super::simd::dispatch;
 use crate::config::RnnMode;
 use crate::layout::ParamKind;
 
@@ -46,10 +50,65 @@ struct StepRow<'a, T> {
     /// Gradient of the step's output (`P`), or for LSTM of `o ∘ tanh(c')` (`H`).
     dh: &'a [T],
     dc: Option<&'a mut [T]>,
-    dg: &'a mut [T],
     m: Option<&'a mut [T]>,
     h_prev: &'a [T],
     direct: Option<&'a mut [T]>,
+}
+
+/// One sequence's part of the step product `dh_prev = dg W_hh`.
+struct BackRow<'a, T> {
+    valid: bool,
+    /// The gates' gradients `[G·H]`.
+    dg: &'a [T],
+    /// The carried `dh`, replaced by `dh_prev` on valid rows.
+    dh: &'a mut [T],
+    /// GRU: `dh ∘ z`, the part of `dh_prev` that bypasses `W_hh`.
+    direct: Option<&'a [T]>,
+}
+
+/// The backward's step product over some rows, at one SIMD level.
+struct BackStep<'r, 'a, T> {
+    rows: &'r mut [BackRow<'a, T>],
+    /// The rows laid out for the microkernel (reused from step to step).
+    lhs: &'r mut Vec<T>,
+    packed: &'r Packed<T>,
+}
+
+impl<T: Lane> WithSimd for BackStep<'_, '_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let Self { rows, lhs, packed } = self;
+        {
+            let rows: &[BackRow<'_, T>] = rows;
+            packed.lay_out_rows::<S>(rows.len(), |r| (&[], rows[r].dg), lhs);
+        }
+        let width = packed.per_panel();
+        let p = packed.n;
+        packed.tiles(
+            simd,
+            lhs,
+            rows.len(),
+            #[inline(always)]
+            |first, count, panel, values| {
+                let lo = panel * width;
+                let n = width.min(p - lo);
+                for (i, r) in rows[first..first + count].iter_mut().enumerate() {
+                    if !r.valid {
+                        continue;
+                    }
+                    let dst = &mut r.dh[lo..lo + n];
+                    dst.copy_from_slice(&values[i * width..i * width + n]);
+                    if let Some(direct) = r.direct {
+                        for (a, &v) in dst.iter_mut().zip(&direct[lo..lo + n]) {
+                            *a += v;
+                        }
+                    }
+                }
+            },
+        );
+    }
 }
 
 /// One layer in one direction.
@@ -71,7 +130,7 @@ struct Direction<'a, T> {
     threads: usize,
 }
 
-impl<T: Float> Direction<'_, T> {
+impl<T: Lane> Direction<'_, T> {
     /// The state entering step `t` of sequence `b` (Note [Variable lengths]): the previous
     /// step's output, or `h0` at the first step of the scan.
     fn h_prev(&self, t: usize, b: usize) -> &[T] {
@@ -89,7 +148,7 @@ impl<T: Float> Direction<'_, T> {
         let plan = self.plan;
         let (batch, h, p, nd) = (plan.b, plan.h, plan.p, plan.nd);
         let mode = plan.spec.mode;
-        let width = plan.gate_width(true);
+        let width = plan.gate_width();
         // Width of the recurrent GEMM's operand: GRU's hn block enters through r ∘ (·).
         let rec = plan.gh();
         let lstm = mode == RnnMode::Lstm;
@@ -106,11 +165,13 @@ impl<T: Float> Direction<'_, T> {
         let mut dht = vec![T::ZERO; batch * p];
         let mut dm = vec![T::ZERO; if proj.is_some() { batch * h } else { 0 }];
         let mut m = vec![T::ZERO; dm.len()];
-        let mut dg = vec![T::ZERO; batch * rec];
-        let mut dh_new = vec![T::ZERO; batch * p];
         let mut direct = vec![T::ZERO; if mode == RnnMode::Gru { batch * p } else { 0 }];
         let mut dw_hr = vec![T::ZERO; if proj.is_some() { p * h } else { 0 }];
-        let step_gemm = gemm_threads(self.threads, batch, p, rec);
+        let step_threads = step_threads(self.threads, batch, p, rec);
+        // dg W_hh with W_hh packed once (Note [Packed weights] in `super::packed`).
+        let packed = Packed::columns(plan.level, self.w.w_hh, rec, p);
+        // Per thread of a step: its rows laid out for the microkernel.
+        let mut lhs: Vec<Vec<T>> = (0..step_threads.max(1)).map(|_| Vec::new()).collect();
         // Columns of a gate row that hold gradients after the pass (GRU: 4H, Note [Native
         // reserve]); padded rows get zeros there.
         let grad_cols = if mode == RnnMode::Gru { 4 * h } else { rec };
@@ -156,16 +217,14 @@ impl<T: Float> Direction<'_, T> {
                     let mut direct_rows = direct.chunks_mut(p);
                     let mut items: Vec<StepRow<'_, T>> = step_rows(plan, &mut gate_rows, t)
                         .into_iter()
-                        .zip(dg.chunks_mut(rec))
                         .enumerate()
-                        .map(|(b, (gate, dg))| {
+                        .map(|(b, gate)| {
                             let valid = plan.valid(t, b);
                             StepRow {
                                 valid,
                                 gate,
                                 dh: &dh_cell[b * cell_w..(b + 1) * cell_w],
                                 dc: dc_rows.as_mut().and_then(Iterator::next),
-                                dg,
                                 m: proj.and_then(|_| m_rows.next()),
                                 h_prev: if mode == RnnMode::Gru && valid {
                                     let prev = self.h_prev(t, b);
@@ -182,6 +241,7 @@ impl<T: Float> Direction<'_, T> {
                         })
                         .collect();
                     for_rows(
+                        plan.level,
                         &mut items,
                         parallel_rows,
                         #[inline(always)]
@@ -189,7 +249,6 @@ impl<T: Float> Direction<'_, T> {
                             if !r.valid {
                                 // No gradient from padding: zero rows; dh and dc pass unchanged.
                                 r.gate[..grad_cols].fill(T::ZERO);
-                                r.dg.fill(T::ZERO);
                                 if let Some(m) = r.m.as_deref_mut() {
                                     m.fill(T::ZERO);
                                 }
@@ -199,29 +258,24 @@ impl<T: Float> Direction<'_, T> {
                                 RnnMode::Lstm => {
                                     let dc = r.dc.as_deref_mut().expect("LSTM carries dc");
                                     match r.m.as_deref_mut() {
-                                        Some(m) => cell::lstm_backward::<T, true>(
-                                            h, r.gate, r.dh, dc, r.dg, m,
-                                        ),
+                                        Some(m) => {
+                                            cell::lstm_backward::<T, true>(h, r.gate, r.dh, dc, m)
+                                        }
                                         None => cell::lstm_backward::<T, false>(
                                             h,
                                             r.gate,
                                             r.dh,
                                             dc,
-                                            r.dg,
                                             &mut [],
                                         ),
                                     }
                                 }
                                 RnnMode::Gru => {
                                     let direct = r.direct.as_deref_mut().expect("GRU direct term");
-                                    cell::gru_backward(h, r.gate, r.dh, r.h_prev, r.dg, direct)
+                                    cell::gru_backward(h, r.gate, r.dh, r.h_prev, direct)
                                 }
-                                RnnMode::RnnTanh => {
-                                    cell::rnn_backward::<T, false>(h, r.gate, r.dh, r.dg)
-                                }
-                                RnnMode::RnnRelu => {
-                                    cell::rnn_backward::<T, true>(h, r.gate, r.dh, r.dg)
-                                }
+                                RnnMode::RnnTanh => cell::rnn_backward::<T, false>(h, r.gate, r.dh),
+                                RnnMode::RnnRelu => cell::rnn_backward::<T, true>(h, r.gate, r.dh),
                             }
                         },
                     );
@@ -236,25 +290,36 @@ impl<T: Float> Direction<'_, T> {
                         gemm_threads(self.threads, p, h, batch),
                     );
                 }
-                // dh_prev = dg W_hh (+ GRU's direct term); padded rows keep the carried dh.
-                gemm(
-                    MatMut::rows(&mut dh_new, batch, p, p),
-                    false,
-                    Mat::rows(&dg, batch, rec, rec),
-                    Mat::rows(self.w.w_hh, rec, p, p),
-                    step_gemm,
-                );
-                for b in 0..batch {
-                    if !plan.valid(t, b) {
-                        continue;
-                    }
-                    let dst = &mut dh[b * p..(b + 1) * p];
-                    dst.copy_from_slice(&dh_new[b * p..(b + 1) * p]);
-                    if mode == RnnMode::Gru {
-                        for (a, &v) in dst.iter_mut().zip(&direct[b * p..(b + 1) * p]) {
-                            *a += v;
-                        }
-                    }
+                // dh_prev = dg W_hh (+ GRU's direct term), `dg` the first `G·H` gradients of
+                // each gate row; padded rows keep the carried dh.
+                let mut rows: Vec<BackRow<'_, T>> = dh
+                    .chunks_mut(p)
+                    .zip(step_rows(plan, &mut gate_rows, t))
+                    .enumerate()
+                    .map(|(b, (dh, gate))| BackRow {
+                        valid: plan.valid(t, b),
+                        dg: &gate[..rec],
+                        dh,
+                        direct: (mode == RnnMode::Gru).then(|| &direct[b * p..(b + 1) * p]),
+                    })
+                    .collect();
+                let chunk = batch.div_ceil(step_threads).max(1);
+                let run = |(rows, lhs): (&mut [BackRow<'_, T>], &mut Vec<T>)| {
+                    dispatch(
+                        plan.level,
+                        BackStep {
+                            rows,
+                            lhs,
+                            packed: &packed,
+                        },
+                    )
+                };
+                if step_threads > 1 {
+                    rows.par_chunks_mut(chunk)
+                        .zip(lhs.par_iter_mut())
+                        .for_each(run);
+                } else {
+                    run((&mut rows, &mut lhs[0]));
                 }
             }
         }
@@ -266,7 +331,7 @@ impl<T: Float> Direction<'_, T> {
     fn weight_grads(&self, gates: &[T], dw: &mut [T], dw_hr: &[T]) {
         let plan = self.plan;
         let (h, p, gh, rows) = (plan.h, plan.p, plan.gh(), plan.rows());
-        let width = plan.gate_width(true);
+        let width = plan.gate_width();
         let gru = plan.spec.mode == RnnMode::Gru;
         let base = plan.params_range(self.layer, self.d).start;
         let entry = |kind| {
@@ -345,7 +410,7 @@ impl<T: Float> Direction<'_, T> {
 }
 
 /// `dX += dG · W_ih` for one direction (or, with skip input, the sum of its gate blocks).
-fn input_grad<T: Float>(
+fn input_grad<T: Lane>(
     plan: &Plan<'_>,
     gates: &[T],
     w: &CellWeights<'_, T>,
@@ -353,7 +418,7 @@ fn input_grad<T: Float>(
     in_size: usize,
 ) {
     let (h, gh, rows) = (plan.h, plan.gh(), plan.rows());
-    let width = plan.gate_width(true);
+    let width = plan.gate_width();
     let gru = plan.spec.mode == RnnMode::Gru;
     let blocks: Vec<(usize, usize, usize)> = if gru {
         vec![(0, 0, 2 * h), (3 * h, 2 * h, h)]
@@ -390,7 +455,7 @@ fn input_grad<T: Float>(
 /// The backward pass. `reserve` is the training forward's (Note [Native reserve] in
 /// `super::plan`), overwritten with gradients; `y` is the op's output (read only when the
 /// reserve does not keep the last layer's output).
-pub(crate) fn backward<T: Float>(
+pub(crate) fn backward<T: Lane>(
     plan: &Plan<'_>,
     inputs: &Inputs<'_, T>,
     y: &[T],
@@ -434,7 +499,7 @@ pub(crate) fn backward<T: Float>(
     let x: &[T] = if plan.padded {
         let mut copy = inputs.x.to_vec();
         for (row, dst) in copy.chunks_mut(spec.d_input).enumerate() {
-            let (t, b) = super::forward::row_step(plan, row);
+            let (t, b) = row_step(plan, row);
             if !plan.valid(t, b) {
                 dst.fill(T::ZERO);
             }

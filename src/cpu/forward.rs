@@ -1,33 +1,39 @@
 //! The forward pass on host slices: layers, directions, steps.
 //!
-//! Per layer and direction: ONE GEMM projects the input of every step (`[T·B, in] ·
-//! W_ih^T`), then per step ONE recurrent GEMM (`[B, P] · W_hh^T`) and ONE fused pass over
-//! the gates (`super::cell`): activations, cell update, output write and the
-//! variable-length select. The two directions of a layer run concurrently on rayon's pool,
-//! each with half the threads; within a direction, a step's GEMM and its element-wise pass
-//! split over the threads when the step is big enough to pay for it.
+//! # Note [Fused step]
+//!
+//! Per layer and direction, `[W_ih | W_hh]` is packed once (Note [Packed weights] in
+//! `super::packed`); then each step is ONE pass of the register-blocked kernel over the
+//! rows `[x_t | h_{t-1}]` of its sequences, tile by tile (a few rows × the gates of `L` or
+//! `4L` units), and each tile's pre-activations go straight, while in registers and L1,
+//! into the cell update of those units (`super::cell`): bias, activations, cell state, the
+//! new `h`, the output row, and when training the reserve's gate row. Nothing of size
+//! `[T·B, G·H]` exists: the input is projected step by step inside the same product, so
+//! inference keeps no buffer that grows with `T`, and a training forward writes only what
+//! the reserve keeps.
+//!
+//! - **Threads**: a step's rows split into one contiguous chunk per thread when the batch
+//!   has at least 4 rows and the step at least 2^17 multiply-adds; each thread runs the
+//!   product and the cell update of its rows, so the only synchronisation is the end of
+//!   the step. The two directions of a layer run concurrently, each with half the threads.
+//! - **Padding**: a row past its sequence's length holds its state and writes a zero
+//!   output (Note [Padding never leaks] in [`crate::reference`]); its product is computed
+//!   with its tile and ignored.
+//! - **Projection** (LSTM `proj_size`): the cell writes `o ∘ tanh(c')`, then one GEMM per
+//!   step projects the rows and the select runs on the result.
 
-use pulp::{Arch, Simd, WithSimd};
+use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
 use super::cell;
 use super::float::Float;
 use super::gemm::{gemm, Mat, MatMut};
-use super::plan::{state_of, CellWeights, Plan, ReserveLayout};
+use super::packed::{Lane, Packed, SLOTS};
+use super::plan::{dropped, state_of, step_rows, CellWeights, Inputs, Plan, ReserveLayout};
+use super::schedule::{direction_threads, gemm_threads, per_direction, step_threads};
+use super::simd::dispatch;
 use crate::config::RnnMode;
-use crate::reference::dropout::LayerMask;
-
-/// The inputs of one call, on the host, in the compute type.
-pub(crate) struct Inputs<'a, T> {
-    /// `[T·B, I]` rows (Note [Rows] in `super::plan`).
-    pub(crate) x: &'a [T],
-    /// `[L·D, B, P]`.
-    pub(crate) h0: Option<&'a [T]>,
-    /// `[L·D, B, H]`.
-    pub(crate) c0: Option<&'a [T]>,
-    /// Flat canonical params.
-    pub(crate) w: &'a [T],
-}
+use crate::op_types::ReserveTag;
 
 /// The outputs of one call.
 pub(crate) struct Outputs<T> {
@@ -37,59 +43,6 @@ pub(crate) struct Outputs<T> {
     pub(crate) h_n: Vec<T>,
     /// `[L·D, B, H]` (LSTM).
     pub(crate) c_n: Option<Vec<T>>,
-}
-
-/// Work below this many multiply-adds per step runs on one thread: splitting it costs more
-/// than it saves (a rayon join is a few microseconds).
-pub(crate) const PARALLEL_WORK: usize = 1 << 17;
-
-/// Threads for a GEMM of `m · n · k` multiply-adds, out of `threads`.
-pub(crate) fn gemm_threads(threads: usize, m: usize, n: usize, k: usize) -> usize {
-    if m.saturating_mul(n).saturating_mul(k) >= PARALLEL_WORK {
-        threads
-    } else {
-        1
-    }
-}
-
-/// Runs `f` over `items`, in parallel chunks when `parallel`, inside `Arch::dispatch` so
-/// that the element-wise loops compile for the machine's SIMD width (AVX2, AVX-512).
-///
-/// `f` must be an `#[inline(always)]` closure: the loop reaches the CPU's features only
-/// where `f` is inlined into pulp's `#[target_feature]` function. A struct implementing
-/// `WithSimd` does this; a plain closure passed to `dispatch` would go through a
-/// `FnOnce::call_once` shim that is not inlined, and run at the baseline SSE2 width
-/// (measured: half the speed of the AVX2 loop at `H = 256`).
-pub(crate) fn for_rows<I: Send, F: Fn(&mut I) + Sync>(items: &mut [I], parallel: bool, f: F) {
-    struct Rows<'a, I, F> {
-        items: &'a mut [I],
-        f: &'a F,
-    }
-
-    impl<I, F: Fn(&mut I)> WithSimd for Rows<'_, I, F> {
-        type Output = ();
-
-        #[inline(always)]
-        fn with_simd<S: Simd>(self, _simd: S) {
-            for item in self.items.iter_mut() {
-                (self.f)(item);
-            }
-        }
-    }
-
-    let run = |chunk: &mut [I]| {
-        Arch::new().dispatch(Rows {
-            items: chunk,
-            f: &f,
-        })
-    };
-    if parallel && items.len() > 1 {
-        let threads = rayon::current_num_threads().max(1);
-        let chunk = items.len().div_ceil(threads);
-        items.par_chunks_mut(chunk).for_each(run);
-    } else {
-        run(items);
-    }
 }
 
 /// `G·H` biases folded into the input projection: `b_ih + b_hh`, except GRU's `n` block,
@@ -115,43 +68,6 @@ pub(crate) fn biases<T: Float>(plan: &Plan<'_>, w: &CellWeights<'_, T>) -> (Vec<
     (bias, b_hn)
 }
 
-/// The input projection of the first `rows` rows of `input` (`in_size` wide) into
-/// `gates[:, 0..G·H]` (rows `width` apart): `input · W_ih^T`, or with skip input, the input
-/// copied into every gate block.
-#[allow(clippy::too_many_arguments)]
-fn project<T: Float>(
-    plan: &Plan<'_>,
-    rows: usize,
-    input: &[T],
-    in_size: usize,
-    w: &CellWeights<'_, T>,
-    gates: &mut [T],
-    width: usize,
-    threads: usize,
-) {
-    let (gh, h) = (plan.gh(), plan.h);
-    match w.w_ih {
-        Some(w_ih) => gemm(
-            MatMut::rows(gates, rows, gh, width),
-            false,
-            Mat::rows(input, rows, in_size, in_size),
-            Mat::rows(w_ih, gh, in_size, in_size).t(),
-            gemm_threads(threads, rows, gh, in_size),
-        ),
-        None => {
-            for (row, x) in gates
-                .chunks_mut(width)
-                .zip(input.chunks(in_size))
-                .take(rows)
-            {
-                for block in row[..gh].chunks_mut(h) {
-                    block.copy_from_slice(x);
-                }
-            }
-        }
-    }
-}
-
 /// Where one direction writes its output: per row of the sequence, its `P`-wide part.
 type OutRows<'a, T> = Vec<&'a mut [T]>;
 
@@ -166,21 +82,13 @@ fn split_directions<T>(out: &mut [T], nd: usize, p: usize) -> Vec<OutRows<'_, T>
     parts
 }
 
-/// The `B` entries of step `t` in a per-row list (Note [Rows] in `super::plan`), in batch
-/// order.
-pub(crate) fn step_rows<'s, R>(plan: &Plan<'_>, rows: &'s mut [R], t: usize) -> Vec<&'s mut R> {
-    if plan.desc.batch_first {
-        rows.iter_mut().skip(t).step_by(plan.t).collect()
-    } else {
-        rows[t * plan.b..(t + 1) * plan.b].iter_mut().collect()
-    }
-}
-
-/// One sequence at one step: what the fused pass reads and writes.
+/// One sequence at one step: what the fused step reads and writes.
 struct StepRow<'a, T> {
     valid: bool,
-    gate: &'a mut [T],
-    acc: &'a [T],
+    /// The step's input row (`in` wide).
+    x: &'a [T],
+    /// When training, the reserve's gate row.
+    gate: Option<&'a mut [T]>,
     prev: &'a [T],
     next: &'a mut [T],
     cell: Option<&'a mut [T]>,
@@ -199,6 +107,8 @@ struct Direction<'a, T> {
     h0: Option<&'a [T]>,
     c0: Option<&'a [T]>,
     threads: usize,
+    /// The weights packed by the caller, if it has them.
+    packed: Option<&'a Packed<T>>,
 }
 
 /// What a scan carries from step to step, and its per-step scratch.
@@ -208,29 +118,26 @@ struct Scan<'a, T> {
     next: Vec<T>,
     /// The cell state `[B, H]` (LSTM), updated in place.
     cell: Option<Vec<T>>,
-    /// The recurrent GEMM's result `h W_hh^T`, `[B, G·H]`.
-    acc: Vec<T>,
     /// Projection: `o ∘ tanh(c')` `[B, H]` and its projection `[B, P]`.
     m: Vec<T>,
     projected: Vec<T>,
     /// The direction's output rows.
     out: OutRows<'a, T>,
+    /// Per thread of a step: its rows laid out for the microkernel (`Packed::lay_out_rows`).
+    lhs: Vec<Vec<T>>,
 }
 
-impl<T: Float> Direction<'_, T> {
-    /// Runs the scan; writes the direction's output rows and, when training, the gate rows
-    /// of the reserve (`gates`, `[T·B, W]`). Returns the final `h` and `c`.
-    ///
-    /// Training projects the input of every step into the reserve at once. Inference
-    /// projects a block of steps at a time into a small buffer (about 1 MiB, so that each
-    /// step finds its projection in cache, and the call holds no `[T·B, G·H]` buffer).
+impl<T: Lane> Direction<'_, T> {
+    /// Runs the scan (Note [Fused step]); writes the direction's output rows and, when
+    /// training, the gate rows of the reserve (`gates`, `[T·B, W]`). Returns the final `h`
+    /// and `c`.
     fn run<const TRAIN: bool>(
         &self,
         gates: &mut [T],
         out: OutRows<'_, T>,
     ) -> (Vec<T>, Option<Vec<T>>) {
         let plan = self.plan;
-        let (batch, h, p, gh) = (plan.b, plan.h, plan.p, plan.gh());
+        let (batch, h, p) = (plan.b, plan.h, plan.p);
         let proj = self.w.w_hr.is_some();
         let mut scan = Scan {
             state: self
@@ -241,119 +148,77 @@ impl<T: Float> Direction<'_, T> {
                 self.c0
                     .map_or_else(|| vec![T::ZERO; batch * h], <[T]>::to_vec)
             }),
-            acc: vec![T::ZERO; batch * gh],
             m: vec![T::ZERO; if proj { batch * h } else { 0 }],
             projected: vec![T::ZERO; if proj { batch * p } else { 0 }],
             out,
+            lhs: (0..self.threads.max(1)).map(|_| Vec::new()).collect(),
         };
         let (bias, b_hn) = biases(plan, &self.w);
-        let steps: Vec<usize> = plan.scan(self.d).collect();
-        if TRAIN {
-            let width = plan.gate_width(true);
-            let rows = plan.rows();
-            project(
-                plan,
-                rows,
-                self.input,
-                self.in_size,
-                &self.w,
-                gates,
-                width,
-                self.threads,
-            );
-            let mut rows: Vec<&mut [T]> = gates.chunks_mut(width).collect();
-            for &t in &steps {
-                let gate_rows = step_rows(plan, &mut rows, t);
-                self.step::<TRAIN>(&mut scan, t, gate_rows, &bias, &b_hn);
-            }
-        } else {
-            // Steps per block: about `block_bytes` of projections, at least one step.
-            let per_step = batch * gh * core::mem::size_of::<T>();
-            let block = (plan.block_bytes / per_step.max(1)).clamp(1, plan.t);
-            let in_size = self.in_size;
-            let mut xw = vec![T::ZERO; block * batch * gh];
-            let mut gathered = vec![
-                T::ZERO;
-                if plan.desc.batch_first {
-                    block * batch * in_size
-                } else {
-                    0
-                }
-            ];
-            for chunk in steps.chunks(block) {
-                let lo = chunk.iter().copied().min().expect("non-empty chunk");
-                let n = chunk.len();
-                // The input rows of steps lo..lo+n, in step-major order.
-                let rows_in: &[T] = if plan.desc.batch_first {
-                    for k in 0..n {
-                        for b in 0..batch {
-                            let src = plan.row(lo + k, b) * in_size;
-                            gathered[(k * batch + b) * in_size..][..in_size]
-                                .copy_from_slice(&self.input[src..src + in_size]);
-                        }
-                    }
-                    &gathered[..n * batch * in_size]
-                } else {
-                    &self.input[lo * batch * in_size..(lo + n) * batch * in_size]
-                };
-                let rows = n * batch;
-                project(
-                    plan,
-                    rows,
-                    rows_in,
-                    in_size,
-                    &self.w,
-                    &mut xw,
-                    gh,
-                    self.threads,
+        let owned;
+        let packed = match self.packed {
+            Some(packed) => packed,
+            None => {
+                owned = Packed::gates(
+                    plan.level,
+                    self.w.w_ih.map(|w| (w, self.in_size)),
+                    self.w.w_hh,
+                    plan.g,
+                    h,
+                    p,
                 );
-                let mut rows: Vec<&mut [T]> = xw.chunks_mut(gh).take(n * batch).collect();
-                for &t in chunk {
-                    let k = t - lo;
-                    let gate_rows: Vec<&mut &mut [T]> =
-                        rows[k * batch..(k + 1) * batch].iter_mut().collect();
-                    self.step::<TRAIN>(&mut scan, t, gate_rows, &bias, &b_hn);
-                }
+                &owned
             }
+        };
+        let width = plan.gate_width();
+        let mut rows: Vec<&mut [T]> = if TRAIN {
+            gates.chunks_mut(width).collect()
+        } else {
+            Vec::new()
+        };
+        for t in plan.scan(self.d) {
+            let gate_rows = if TRAIN {
+                step_rows(plan, &mut rows, t)
+                    .into_iter()
+                    .map(|r| Some(&mut **r))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            self.step::<TRAIN>(&mut scan, t, gate_rows, &bias, &b_hn, packed);
         }
         (scan.state, scan.cell)
     }
 
-    /// One step: the recurrent GEMM, the fused pass over the gates of every sequence, and
-    /// (LSTM projection) the projection and the select.
+    /// One step (Note [Fused step]): the pre-activations and the cell update, tile by
+    /// tile, over the rows of each thread; then (LSTM projection) the projection and the
+    /// select.
+    #[allow(clippy::too_many_arguments)]
     fn step<const TRAIN: bool>(
         &self,
         scan: &mut Scan<'_, T>,
         t: usize,
-        mut gate_rows: Vec<&mut &mut [T]>,
+        gate_rows: Vec<Option<&mut [T]>>,
         bias: &[T],
         b_hn: &[T],
+        packed: &Packed<T>,
     ) {
         let plan = self.plan;
         let (batch, h, p, gh) = (plan.b, plan.h, plan.p, plan.gh());
-        let mode = plan.spec.mode;
+        let in_size = self.in_size;
         let proj = self.w.w_hr;
-        gemm(
-            MatMut::rows(&mut scan.acc, batch, gh, gh),
-            false,
-            Mat::rows(&scan.state, batch, p, p),
-            Mat::rows(self.w.w_hh, gh, p, p).t(),
-            gemm_threads(self.threads, batch, gh, p),
-        );
-        let parallel_rows = self.threads > 1 && batch > 1 && batch * gh * 8 >= PARALLEL_WORK;
         {
             let mut m_rows = scan.m.chunks_mut(h);
             let mut c_rows = scan.cell.as_deref_mut().map(|c| c.chunks_mut(h));
-            let (acc, state) = (&scan.acc, &scan.state);
-            let mut items: Vec<StepRow<'_, T>> = gate_rows
-                .iter_mut()
-                .zip(step_rows(plan, &mut scan.out, t))
+            let mut gate_rows = gate_rows.into_iter();
+            let state = &scan.state;
+            let mut items: Vec<StepRow<'_, T>> = step_rows(plan, &mut scan.out, t)
+                .into_iter()
                 .zip(scan.next.chunks_mut(p))
                 .enumerate()
-                .map(|(b, ((gate, out), next))| StepRow {
+                .map(|(b, (out, next))| StepRow {
                     valid: plan.valid(t, b),
-                    gate,
-                    acc: &acc[b * gh..(b + 1) * gh],
+                    x: &self.input[plan.row(t, b) * in_size..][..in_size],
+                    gate: gate_rows.next().flatten(),
                     prev: &state[b * p..(b + 1) * p],
                     next,
                     cell: c_rows.as_mut().and_then(Iterator::next),
@@ -361,42 +226,32 @@ impl<T: Float> Direction<'_, T> {
                     out,
                 })
                 .collect();
-            for_rows(
-                &mut items,
-                parallel_rows,
-                #[inline(always)]
-                |r| {
-                    if !r.valid {
-                        // Past the end: hold the state, output zero (Note [Padding never
-                        // leaks] in `crate::reference`). The gate row is never read.
-                        r.next.copy_from_slice(r.prev);
-                        r.out.fill(T::ZERO);
-                        return;
-                    }
-                    let dst: &mut [T] = match r.m.as_deref_mut() {
-                        Some(m) => m,
-                        None => &mut *r.next,
-                    };
-                    match mode {
-                        RnnMode::Lstm => {
-                            let c = r.cell.as_deref_mut().expect("LSTM carries c");
-                            cell::lstm_forward::<T, TRAIN>(h, r.gate, r.acc, bias, c, dst)
-                        }
-                        RnnMode::Gru => {
-                            cell::gru_forward::<T, TRAIN>(h, r.gate, r.acc, bias, b_hn, r.prev, dst)
-                        }
-                        RnnMode::RnnTanh => {
-                            cell::rnn_forward::<T, TRAIN, false>(h, r.gate, r.acc, bias, dst)
-                        }
-                        RnnMode::RnnRelu => {
-                            cell::rnn_forward::<T, TRAIN, true>(h, r.gate, r.acc, bias, dst)
-                        }
-                    }
-                    if r.m.is_none() {
-                        r.out.copy_from_slice(r.next);
-                    }
-                },
-            );
+            let threads = step_threads(self.threads, batch, gh, p + in_size);
+            let chunk = batch.div_ceil(threads).max(1);
+            let skip = self.w.w_ih.is_none();
+            let run = |(rows, lhs): (&mut [StepRow<'_, T>], &mut Vec<T>)| {
+                dispatch(
+                    plan.level,
+                    FusedStep::<'_, '_, T, TRAIN> {
+                        rows,
+                        lhs,
+                        packed,
+                        mode: plan.spec.mode,
+                        h,
+                        skip,
+                        bias,
+                        b_hn,
+                    },
+                )
+            };
+            if threads > 1 {
+                items
+                    .par_chunks_mut(chunk)
+                    .zip(scan.lhs.par_iter_mut())
+                    .for_each(run);
+            } else {
+                run((&mut items, &mut scan.lhs[0]));
+            }
         }
         if let Some(w_hr) = proj {
             // h' = (o ∘ tanh c') W_hr^T for every row, then the select.
@@ -419,60 +274,130 @@ impl<T: Float> Direction<'_, T> {
     }
 }
 
-/// Applies layer `layer`'s dropout mask to its input (Note [Dropout masks] in
-/// `crate::reference`): a copy of `input` with every element scaled by its mask factor.
-pub(crate) fn dropped<T: Float>(plan: &Plan<'_>, layer: usize, input: &[T]) -> Vec<T> {
-    let mask = LayerMask::new(plan.desc, layer);
-    let f = plan.nd * plan.p;
-    let mut out = vec![T::ZERO; input.len()];
-    for (row, (dst, src)) in out.chunks_mut(f).zip(input.chunks(f)).enumerate() {
-        let (t, b) = row_step(plan, row);
-        let base = (t * plan.b + b) * f;
-        for (k, (d, &s)) in dst.iter_mut().zip(src).enumerate() {
-            *d = s * T::from_f64(mask.factor(base + k));
+/// The fused step over some rows of the batch, at one SIMD level (Note [Fused step]).
+struct FusedStep<'r, 'a, T, const TRAIN: bool> {
+    rows: &'r mut [StepRow<'a, T>],
+    /// The rows laid out for the microkernel (reused from step to step).
+    lhs: &'r mut Vec<T>,
+    packed: &'r Packed<T>,
+    mode: RnnMode,
+    h: usize,
+    /// Skip input: the input row is added to every gate.
+    skip: bool,
+    bias: &'r [T],
+    b_hn: &'r [T],
+}
+
+impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let Self {
+            rows,
+            lhs,
+            packed,
+            mode,
+            h,
+            skip,
+            bias,
+            b_hn,
+        } = self;
+        // Past a sequence's end: hold the state, output zero (Note [Padding never leaks] in
+        // `crate::reference`); the product of such a row is computed with the rest of its
+        // tile and ignored.
+        for r in rows.iter_mut().filter(|r| !r.valid) {
+            r.next.copy_from_slice(r.prev);
+            r.out.fill(T::ZERO);
         }
+        {
+            let rows: &[StepRow<'_, T>] = rows;
+            packed.lay_out_rows::<S>(rows.len(), |r| (rows[r].x, rows[r].prev), lhs);
+        }
+        let lanes = lanes_of::<S, T>();
+        let per_panel = packed.per_panel();
+        let width = SLOTS * lanes;
+        packed.tiles(
+            simd,
+            lhs,
+            rows.len(),
+            #[inline(always)]
+            |first, count, panel, values| {
+                let lo = panel * per_panel;
+                let n = per_panel.min(h - lo);
+                for (i, r) in rows[first..first + count].iter_mut().enumerate() {
+                    if !r.valid {
+                        continue;
+                    }
+                    let v = &values[i * width..(i + 1) * width];
+                    let acc: [&[T]; 4] = match mode {
+                        RnnMode::RnnTanh | RnnMode::RnnRelu => [v; 4],
+                        _ => core::array::from_fn(|s| &v[s * lanes..(s + 1) * lanes]),
+                    };
+                    let projected = r.m.is_some();
+                    let out: &mut [T] = match r.m.as_deref_mut() {
+                        Some(m) => m,
+                        None => &mut *r.next,
+                    };
+                    // A whole panel's units: a constant count (the level's lanes, or four
+                    // times that for the one-gate RNNs) for which the compiler emits straight
+                    // vector code; the last panel of an `H` that is not a multiple runs the
+                    // same loop with its count.
+                    let full = lanes * if mode.num_gates() == 1 { SLOTS } else { 1 };
+                    let skip_x = if skip { Some(r.x) } else { None };
+                    macro_rules! units {
+                        ($n:expr) => {
+                            cell::Units {
+                                h,
+                                lo,
+                                n: $n,
+                                acc,
+                                skip: skip_x,
+                                bias,
+                                gates: r.gate.as_deref_mut(),
+                                out,
+                            }
+                        };
+                    }
+                    macro_rules! cell {
+                        ($f:expr) => {
+                            if n == full {
+                                $f(units!(full))
+                            } else {
+                                $f(units!(n))
+                            }
+                        };
+                    }
+                    match mode {
+                        RnnMode::Lstm => {
+                            let c = r.cell.as_deref_mut().expect("LSTM carries c");
+                            cell!(|u| cell::lstm_forward::<T, TRAIN>(u, c))
+                        }
+                        RnnMode::Gru => {
+                            let prev = r.prev;
+                            cell!(|u| cell::gru_forward::<T, TRAIN>(u, b_hn, prev))
+                        }
+                        RnnMode::RnnTanh => cell!(cell::rnn_forward::<T, TRAIN, false>),
+                        RnnMode::RnnRelu => cell!(cell::rnn_forward::<T, TRAIN, true>),
+                    }
+                    if !projected {
+                        r.out[lo..lo + n].copy_from_slice(&r.next[lo..lo + n]);
+                    }
+                }
+            },
+        );
     }
-    out
 }
 
-/// `(t, b)` of a row (Note [Rows] in `super::plan`).
-pub(crate) fn row_step(plan: &Plan<'_>, row: usize) -> (usize, usize) {
-    if plan.desc.batch_first {
-        (row % plan.t, row / plan.t)
-    } else {
-        (row / plan.b, row % plan.b)
-    }
-}
-
-/// Runs `jobs` (one per direction): concurrently on rayon's pool when there are two and
-/// more than one thread, else in order.
-pub(crate) fn per_direction<J: Send, R: Send>(
-    plan: &Plan<'_>,
-    mut jobs: Vec<J>,
-    run: impl Fn(J) -> R + Sync,
-) -> Vec<R> {
-    if jobs.len() == 2 && plan.threads > 1 {
-        let second = jobs.pop().expect("two jobs");
-        let first = jobs.pop().expect("two jobs");
-        let (a, b) = rayon::join(|| run(first), || run(second));
-        vec![a, b]
-    } else {
-        jobs.into_iter().map(run).collect()
-    }
-}
-
-/// Threads for each direction of a layer.
-pub(crate) fn direction_threads(plan: &Plan<'_>) -> usize {
-    if plan.nd == 2 {
-        plan.threads.div_ceil(2)
-    } else {
-        plan.threads
-    }
+/// Lanes of `T` at `S`: a constant once inlined.
+#[inline(always)]
+fn lanes_of<S: Simd, T: Lane>() -> usize {
+    T::lanes::<S>()
 }
 
 /// The forward pass. `training` keeps the reserve (Note [Native reserve] in
 /// `super::plan`) and applies dropout; `keep_last` keeps the last layer's output in it.
-pub(crate) fn forward<T: Float>(
+pub(crate) fn forward<T: Lane>(
     plan: &Plan<'_>,
     inputs: &Inputs<'_, T>,
     training: bool,
@@ -483,7 +408,11 @@ pub(crate) fn forward<T: Float>(
     let layers = spec.num_layers;
     let keep_last = training && keep_last;
     let layout = training.then(|| ReserveLayout::new(plan.desc, keep_last));
-    let mut reserve = layout.as_ref().map(|l| vec![T::ZERO; l.len]);
+    // Tagged (Note [Reserve tag] on `crate::op_types::ReserveTag`): a few elements past the
+    // layout, never read.
+    let mut reserve = layout
+        .as_ref()
+        .map(|l| vec![T::ZERO; ReserveTag::NativeCpu.tagged_len(l.len)]);
     let mut y = vec![T::ZERO; if keep_last { 0 } else { rows * nd * p }];
     let mut h_n = vec![T::ZERO; layers * nd * batch * p];
     let mut c_n = (spec.mode == RnnMode::Lstm).then(|| vec![T::ZERO; layers * nd * batch * h]);
@@ -492,22 +421,15 @@ pub(crate) fn forward<T: Float>(
         let (mut gate_blocks, mut out_blocks): (Blocks<'_, T>, Blocks<'_, T>) =
             match (&layout, reserve.as_deref_mut()) {
                 (Some(layout), Some(buf)) => {
-                    let (g, o) = layout.split(buf);
+                    let (g, o) = layout.split(&mut buf[..layout.len]);
                     (g.into_iter().map(Some).collect(), o)
                 }
                 _ => (Vec::new(), Vec::new()),
             };
         // Training: the outputs of finished layers, kept in the reserve.
         let mut kept: Vec<&[T]> = Vec::new();
-        // Inference: the previous layer's output, and one gate buffer per direction.
+        // Inference: the previous layer's output.
         let mut previous: Vec<T> = Vec::new();
-        let mut scratch: Vec<Vec<T>> = if training {
-            Vec::new()
-        } else {
-            (0..nd)
-                .map(|_| vec![T::ZERO; rows * plan.gate_width(false)])
-                .collect()
-        };
         let dropout = training && plan.desc.dropout.probability > 0.0;
 
         for layer in 0..layers {
@@ -537,13 +459,12 @@ pub(crate) fn forward<T: Float>(
                     &mut fresh
                 }
             };
-            let gates: Vec<&mut [T]> = if training {
-                (0..nd)
-                    .map(|d| gate_blocks[layer * nd + d].take().expect("one block each"))
-                    .collect()
-            } else {
-                scratch.iter_mut().map(Vec::as_mut_slice).collect()
-            };
+            let gates: Vec<&mut [T]> = (0..nd)
+                .map(|d| match training {
+                    true => gate_blocks[layer * nd + d].take().expect("one block each"),
+                    false => &mut [][..],
+                })
+                .collect();
             let jobs: Vec<_> = (0..nd)
                 .zip(gates)
                 .zip(split_directions(target, nd, p))
@@ -557,6 +478,7 @@ pub(crate) fn forward<T: Float>(
                         h0: state_of(inputs.h0, layer * nd + d, batch * p),
                         c0: state_of(inputs.c0, layer * nd + d, batch * h),
                         threads: direction_threads(plan),
+                        packed: inputs.packed.map(|all| &all[layer * nd + d]),
                     };
                     (dir, gates, out)
                 })

@@ -3,28 +3,19 @@
 //!
 //! # Note [GEMM crate]
 //!
-//! `gemm` 0.19 (sarah-ek; Flex's and candle's GEMM) was picked over `matrixmultiply` 0.3
-//! (NdArray's GEMM) by measurement on the 2-core AVX2 machine this project runs on
-//! (`RAYON_NUM_THREADS=2 cargo bench --bench gemm_shapes`; the table is in the README).
-//! Single-threaded, either can win by up to ~18% on the large GEMMs (input projection,
-//! weight gradients) and on the B = 32 step (two runs disagreed), `gemm` is 1.2–1.5×
-//! faster on the H = 512, B = 64 step and 7× faster at batch 1 (the decoding and
-//! long-sequence case, where `matrixmultiply` has no matrix-vector path). `gemm` also takes arbitrary strides
-//! (a transposed operand costs nothing) and splits work over rayon's pool, the one
-//! persistent pool of the process, sized by `RAYON_NUM_THREADS`; `matrixmultiply`'s
-//! `threading` feature brings a pool of its own.
+//! The large products of a call, those over all steps at once (the weight gradients
+//! `dG^T · input` and `dG^T · h`, the input gradient `dG · W_ih`) and the LSTM projection,
+//! go to the `gemm` crate (0.19, sarah-ek's; Flex's and candle's GEMM): runtime-dispatched
+//! AVX2 and AVX-512 kernels, arbitrary strides (a transposed operand costs nothing), and
+//! rayon's pool, the one persistent pool of the process. It was chosen over
+//! `matrixmultiply` (NdArray's GEMM) by measurement (`benches/gemm_shapes.rs`,
+//! docs/BENCHMARKS.md): comparable on large products, faster on two threads, and with a
+//! matrix-vector path at batch 1.
 //!
-//! Tried and not adopted: laying `W_hh` out once per call so that `gemm` reads it in place
-//! instead of packing it on every step (it packs a row-major left operand; `h · W_hh^T`
-//! becomes `W_hh · h^T` inside it). On the step GEMM alone, panels of 64 rows of `W_hh`,
-//! each transposed and contiguous, one single-threaded GEMM per panel over rayon's pool,
-//! were 12–39% faster (H = 256, B = 32: 176 against 200–219 µs at 2 threads; H = 512,
-//! B = 64: 895 against 1035–1460 µs, `gemm`'s own time moving between runs); one transposed copy read in place was faster at
-//! H = 256 only with its rows padded off 4 KiB, and 1.6× slower at H = 512. But in the
-//! whole forward (NdArray f32, 2 threads, old and new binaries interleaved three times)
-//! the difference stayed inside this machine's ±15% noise (best of three, old / new:
-//! LSTM H256 21.4 / 24.8 ms, H512 161 / 150; GRU H256 15.2 / 17.1, H512 113 / 115), so
-//! the extra `unsafe` and copy were not kept. A quieter machine may decide otherwise.
+//! The per-step products do not use it: a GEMM call packs its operands every time, and a
+//! step's `W_hh` would be packed as many times as there are steps (on AVX-512 that
+//! packing cost as much as the multiply-adds). They run on weights packed once per call
+//! (Note [Packed weights] in `super::packed`).
 
 use gemm::Parallelism;
 

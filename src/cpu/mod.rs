@@ -4,18 +4,24 @@
 //! The reference ([`crate::reference`]) composes Burn tensor ops, one small op after
 //! another per step. This kernel runs the same math directly on host slices:
 //!
-//! - **GEMMs from `gemm`** (Note [GEMM crate] in `gemm`): per layer and direction ONE
-//!   GEMM projects the input of every step, then per step ONE recurrent GEMM, straight into
-//!   ONE fused element-wise pass over the gates (`cell`): activations, cell update, output
-//!   write and the variable-length select. The backward scan is the mirror image, and the
-//!   weight gradients are GEMMs over all steps at once.
+//! - **One fused pass per step** (Note [Fused step] in `forward`): per layer and
+//!   direction, `[W_ih | W_hh]` is packed once per call (Note [Packed weights] in
+//!   `packed`), and each step is one pass of a register-blocked kernel over `[x_t |
+//!   h_{t-1}]` whose tiles go straight into the cell update (`cell`): activations, cell
+//!   state, output write and the variable-length select. One-step calls (decoding) keep
+//!   their packed weights (Note [Packed weights across calls] in `prepared`).
+//! - **The backward** mirrors it: per step one fused element-wise pass and one product
+//!   `dg · W_hh` through the same kernel (`W_hh` packed once); the weight and input
+//!   gradients are GEMMs over all steps from the `gemm` crate (Note [GEMM crate] in
+//!   `gemm`).
 //! - **Threads from rayon's pool** (sized by `RAYON_NUM_THREADS`, else the cores): the
-//!   two directions of a layer run concurrently; the GEMMs split over the threads, and so
-//!   does a step's element-wise pass when the step is big enough. Nothing is spawned per
-//!   call or per step.
-//! - **SIMD**: the element-wise loops run inside `pulp::Arch::dispatch`, compiled for AVX2
-//!   or AVX-512 where the CPU has them, with branch-free activations (Note [Activations]
-//!   in `float`).
+//!   two directions of a layer run concurrently; a step's rows split over the threads when
+//!   the step is big enough, and the large GEMMs split too. Nothing is spawned per call or
+//!   per step.
+//! - **SIMD** (Note [SIMD levels] in `simd`): every loop is written once over pulp's
+//!   vector types or as plain slices, and runs at AVX-512, AVX2 or a portable level, picked
+//!   once per call (forced in the tests, so that every level runs on every machine), with
+//!   branch-free activations (Note [Activations] in `float`).
 //! - **A compact reserve** (Note [Native reserve] in `plan`): the activated gates (and the
 //!   LSTM cell state) of every step, about what cuDNN keeps; the backward writes the
 //!   gradients over it in place.
@@ -41,7 +47,11 @@ mod cell;
 mod float;
 mod forward;
 mod gemm;
+mod packed;
 mod plan;
+mod prepared;
+mod schedule;
+pub(crate) mod simd;
 
 use std::borrow::Cow;
 
@@ -50,9 +60,11 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Element, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::ReserveTag;
 use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
-use float::Float;
+use packed::Lane;
 use plan::Plan;
+use schedule::in_pool;
 
 pub(crate) use plan::reserve_len;
 
@@ -65,7 +77,7 @@ pub(crate) trait HostBackend: Backend {
 }
 
 /// An element type the kernel computes in.
-trait Host: Float + Element {
+trait Host: Lane + Element {
     fn borrow<B: HostBackend>(t: &FloatTensor<B>) -> Option<&[Self]>;
 }
 
@@ -123,10 +135,14 @@ fn compute(dtype: DType) -> (DType, bool) {
 }
 
 /// The reserve's shapes and dtypes (`FusedRnnBackend::fused_rnn_reserve_layout`): one 1-D
+/// buffer, tagged (Note [Reserve tag] on `crate::op_types::ReserveTag`),
 /// buffer of the compute dtype (Note [Native reserve] in `plan`).
 pub(crate) fn reserve_layout(desc: &RnnDescriptor, dtype: DType) -> Vec<(Vec<usize>, DType)> {
     let (compute, half) = compute(dtype);
-    vec![(vec![reserve_len(desc, half)], compute)]
+    vec![(
+        vec![ReserveTag::NativeCpu.tagged_len(reserve_len(desc, half))],
+        compute,
+    )]
 }
 
 /// Inference forward.
@@ -167,13 +183,21 @@ fn forward_in<B: HostBackend, T: Host>(
     let c0 = inputs.c0.as_ref().map(read::<B, T>);
     let w = read::<B, T>(&inputs.weights);
     let plan = Plan::new(desc);
-    let host = forward::Inputs {
+    // One-step calls (decoding) reuse packed weights (Note [Packed weights across calls]).
+    let packed = match &w {
+        Cow::Borrowed(slice) if desc.seq_length == 1 => {
+            Some(prepared::packed_for_step(&plan, slice, &inputs.weights))
+        }
+        _ => None,
+    };
+    let host = plan::Inputs {
         x: &x,
         h0: h0.as_deref(),
         c0: c0.as_deref(),
         w: &w,
+        packed: packed.as_deref().map(Vec::as_slice),
     };
-    let (out, reserve) = forward::forward(&plan, &host, training, half);
+    let (out, reserve) = in_pool(|| forward::forward(&plan, &host, training, half));
     let output = RnnOutput {
         y: tensor::<B, T>(out.y, &desc.output_shape(), dtype, &device),
         h_n: tensor::<B, T>(out.h_n, &desc.hidden_shape(), dtype, &device),
@@ -210,9 +234,18 @@ pub(crate) fn backward<B: HostBackend>(
         .iter()
         .map(|t| (t.shape().to_vec(), t.dtype()))
         .collect();
+    let writer = match got.first() {
+        Some((shape, _)) if shape.len() == 1 => match ReserveTag::of_len(shape[0]) {
+            Some(ReserveTag::NativeCpu) => "the native CPU kernel",
+            Some(ReserveTag::Cudnn { .. }) => "cuDNN",
+            Some(ReserveTag::Cube) => "the CubeCL kernels",
+            None => "no tagged implementation",
+        },
+        _ => "no tagged implementation (the reference's reserve has 3-D tensors)",
+    };
     assert!(
         got == expected,
-        "expected reserve to be the native CPU kernel's training-forward reserve for this call, {expected:?}, got {got:?}"
+        "expected reserve to be the native CPU kernel's training-forward reserve for this call, {expected:?}, got {got:?} (tagged by {writer})"
     );
     match compute(dtype).0 {
         DType::F64 => backward_in::<B, f64>(desc, inputs, output, reserve, grads),
@@ -251,18 +284,21 @@ fn backward_in<B: HostBackend, T: Host>(
             .expect("checked: one tensor"),
     );
     let plan = Plan::new(desc);
-    let host = forward::Inputs {
+    let host = plan::Inputs {
         x: &x,
         h0: h0.as_deref(),
         c0: None,
         w: &w,
+        packed: None,
     };
     let out_grads = backward::OutputGrads {
         dy: dy.as_deref(),
         dh_n: dh_n.as_deref(),
         dc_n: dc_n.as_deref(),
     };
-    let g = backward::backward(&plan, &host, &y, &mut reserve, half, &out_grads);
+    let payload = reserve_len(desc, half);
+    let g =
+        in_pool(|| backward::backward(&plan, &host, &y, &mut reserve[..payload], half, &out_grads));
     drop(reserve);
     RnnGrads {
         dx: tensor::<B, T>(g.dx, &desc.input_shape(), dtype, &device),
@@ -371,7 +407,8 @@ mod flex_impl {
 
 #[cfg(test)]
 mod tests {
-    use super::forward::{forward, Inputs};
+    use super::forward::forward;
+    use super::plan::Inputs;
     use super::plan::Plan;
     use crate::{DropoutSpec, FusedRnnConfig, RnnDescriptor, RnnMode};
 
@@ -381,11 +418,13 @@ mod tests {
             .collect()
     }
 
-    /// Inference projects the input a block of steps at a time; blocks of one, two and
-    /// three steps give the same outputs as one block of every step, in every mode, both
-    /// directions and layouts, with padding and a projection.
+    /// The inference forward (no reserve) and the training forward (into the reserve)
+    /// compute the same outputs, in every mode, both directions and layouts, with padding
+    /// and a projection, at every SIMD level the CPU has; and every level agrees with the
+    /// portable one to rounding.
     #[test]
-    fn inference_blocks_do_not_change_the_result() {
+    fn inference_and_training_forwards_agree_at_every_simd_level() {
+        use super::simd::{with_simd_level, SimdLevel};
         for mode in [
             RnnMode::Lstm,
             RnnMode::Gru,
@@ -393,64 +432,59 @@ mod tests {
             RnnMode::RnnRelu,
         ] {
             for batch_first in [false, true] {
-                let spec = FusedRnnConfig::new(mode, 3, 4)
+                let spec = FusedRnnConfig::new(mode, 3, 20)
                     .with_num_layers(2)
                     .with_bidirectional(true)
-                    .with_proj_size((mode == RnnMode::Lstm).then_some(2))
+                    .with_proj_size((mode == RnnMode::Lstm).then_some(7))
                     .spec();
                 let desc = RnnDescriptor::new(
                     spec,
                     7,
-                    3,
+                    9,
                     batch_first,
-                    Some(vec![7, 3, 5]),
+                    Some(vec![7, 3, 5, 0, 7, 1, 6, 7, 2]),
                     DropoutSpec::NONE,
                 );
                 let x = values(desc.input_shape().iter().product(), 1);
                 let h0 = values(desc.hidden_shape().iter().product(), 2);
                 let c0 = values(desc.cell_shape().iter().product(), 3);
-                let w = values(desc.params_size(), 4);
+                // Small weights keep the ReLU RNN from growing (and rounding with it).
+                let w: Vec<f64> = values(desc.params_size(), 4)
+                    .iter()
+                    .map(|v| v * 0.3)
+                    .collect();
                 let inputs = Inputs {
                     x: &x,
                     h0: Some(&h0),
                     c0: spec.mode.has_cell_state().then_some(&c0[..]),
                     w: &w,
+                    packed: None,
                 };
-                let run = |block_steps: usize| {
-                    let mut plan = Plan::new(&desc);
-                    plan.block_bytes = block_steps * plan.b * plan.gh() * 8;
-                    let (out, _) = forward::<f64>(&plan, &inputs, false, false);
-                    (out.y, out.h_n, out.c_n)
+                let run = |level: SimdLevel, training: bool| {
+                    with_simd_level(level, || {
+                        let plan = Plan::new(&desc);
+                        assert_eq!(plan.level, level);
+                        let (out, _) = forward::<f64>(&plan, &inputs, training, false);
+                        [out.y, out.h_n, out.c_n.unwrap_or_default()]
+                    })
                 };
-                // The GEMM's summation order depends on its size: equal to rounding.
-                let whole = run(7);
-                let check = |got: (Vec<f64>, Vec<f64>, Option<Vec<f64>>), what: &str| {
-                    let pairs = [
-                        ("y", got.0, &whole.0[..]),
-                        ("h_n", got.1, &whole.1[..]),
-                        (
-                            "c_n",
-                            got.2.unwrap_or_default(),
-                            whole.2.as_deref().unwrap_or(&[]),
-                        ),
-                    ];
-                    for (name, a, b) in pairs {
-                        assert_eq!(a.len(), b.len());
-                        for (i, (x, y)) in a.iter().zip(b).enumerate() {
-                            assert!(
-                                (x - y).abs() <= 1e-13,
-                                "{mode:?}, batch_first {batch_first}, {what}: {name}[{i}] {x} vs {y}"
-                            );
+                let portable = run(SimdLevel::Portable, false);
+                for level in SimdLevel::available() {
+                    for training in [false, true] {
+                        let got = run(level, training);
+                        for (name, (a, b)) in
+                            ["y", "h_n", "c_n"].iter().zip(got.iter().zip(&portable))
+                        {
+                            assert_eq!(a.len(), b.len());
+                            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                                assert!(
+                                    (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+                                    "{mode:?}, batch_first {batch_first}, {level:?}, training {training}: {name}[{i}] {x} vs {y}"
+                                );
+                            }
                         }
                     }
-                };
-                for block in [1, 2, 3] {
-                    check(run(block), &format!("blocks of {block}"));
                 }
-                // And the training forward (one block, into the reserve) agrees.
-                let plan = Plan::new(&desc);
-                let (out, _) = forward::<f64>(&plan, &inputs, true, false);
-                check((out.y, out.h_n, out.c_n), "training forward");
             }
         }
     }

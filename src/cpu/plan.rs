@@ -33,9 +33,13 @@
 
 use core::ops::Range;
 
+use super::float::Float;
+use super::packed::Packed;
+use super::simd::SimdLevel;
 use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
 use crate::layout::{ParamKind, RnnLayout};
+use crate::reference::dropout::LayerMask;
 
 /// Sizes and orders of one call.
 #[derive(Debug)]
@@ -57,9 +61,8 @@ pub(crate) struct Plan<'d> {
     pub(crate) padded: bool,
     /// Threads of rayon's pool this call may use.
     pub(crate) threads: usize,
-    /// Inference projects the input this many bytes of projections at a time (at least
-    /// one step): small enough that a step finds its projection in cache.
-    pub(crate) block_bytes: usize,
+    /// The SIMD level of every loop of the call (Note [SIMD levels] in `super::simd`).
+    pub(crate) level: SimdLevel,
 }
 
 impl<'d> Plan<'d> {
@@ -81,7 +84,7 @@ impl<'d> Plan<'d> {
             padded: lengths.iter().any(|&len| len < desc.seq_length),
             lengths,
             threads: rayon::current_num_threads().max(1),
-            block_bytes: 1 << 20,
+            level: SimdLevel::current(),
         }
     }
 
@@ -137,14 +140,12 @@ impl<'d> Plan<'d> {
         }
     }
 
-    /// Row width `W` of the gate buffer (Note [Native reserve]); inference keeps only the
-    /// pre-activations, `G · H`.
-    pub(crate) fn gate_width(&self, training: bool) -> usize {
-        match (self.spec.mode, training) {
-            (_, false) => self.gh(),
-            (RnnMode::Lstm, true) => 5 * self.h,
-            (RnnMode::Gru, true) => 4 * self.h,
-            (RnnMode::RnnTanh | RnnMode::RnnRelu, true) => self.h,
+    /// Row width `W` of the reserve's gate rows (Note [Native reserve]).
+    pub(crate) fn gate_width(&self) -> usize {
+        match self.spec.mode {
+            RnnMode::Lstm => 5 * self.h,
+            RnnMode::Gru => 4 * self.h,
+            RnnMode::RnnTanh | RnnMode::RnnRelu => self.h,
         }
     }
 
@@ -214,7 +215,7 @@ impl ReserveLayout {
         };
         let mul = |a: usize, b: usize| a.checked_mul(b).unwrap_or_else(|| overflow());
         let rows = mul(plan.t, plan.b);
-        let gate_block = mul(rows, plan.gate_width(true));
+        let gate_block = mul(rows, plan.gate_width());
         let out_block = mul(rows, plan.nd * plan.p);
         let mut offset = 0usize;
         let mut take = |len: usize| {
@@ -273,4 +274,54 @@ pub(crate) fn reserve_len(desc: &RnnDescriptor, half: bool) -> usize {
 /// Pseudo-layer `idx`'s `len` elements of a state tensor `[L·D, B, ·]`, if there is one.
 pub(crate) fn state_of<T>(all: Option<&[T]>, idx: usize, len: usize) -> Option<&[T]> {
     all.map(|s| &s[idx * len..(idx + 1) * len])
+}
+
+/// The inputs of one call, on the host, in the compute type.
+pub(crate) struct Inputs<'a, T> {
+    /// `[T·B, I]` rows (Note [Rows] in `super::plan`).
+    pub(crate) x: &'a [T],
+    /// `[L·D, B, P]`.
+    pub(crate) h0: Option<&'a [T]>,
+    /// `[L·D, B, H]`.
+    pub(crate) c0: Option<&'a [T]>,
+    /// Flat canonical params.
+    pub(crate) w: &'a [T],
+    /// Each pseudo-layer's weights already packed (Note [Packed weights across calls] in
+    /// `super::prepared`); packed per call when `None`.
+    pub(crate) packed: Option<&'a [Packed<T>]>,
+}
+
+/// The `B` entries of step `t` in a per-row list (Note [Rows] in `super::plan`), in batch
+/// order.
+pub(crate) fn step_rows<'s, R>(plan: &Plan<'_>, rows: &'s mut [R], t: usize) -> Vec<&'s mut R> {
+    if plan.desc.batch_first {
+        rows.iter_mut().skip(t).step_by(plan.t).collect()
+    } else {
+        rows[t * plan.b..(t + 1) * plan.b].iter_mut().collect()
+    }
+}
+
+/// Applies layer `layer`'s dropout mask to its input (Note [Dropout masks] in
+/// `crate::reference`): a copy of `input` with every element scaled by its mask factor.
+pub(crate) fn dropped<T: Float>(plan: &Plan<'_>, layer: usize, input: &[T]) -> Vec<T> {
+    let mask = LayerMask::new(plan.desc, layer);
+    let f = plan.nd * plan.p;
+    let mut out = vec![T::ZERO; input.len()];
+    for (row, (dst, src)) in out.chunks_mut(f).zip(input.chunks(f)).enumerate() {
+        let (t, b) = row_step(plan, row);
+        let base = (t * plan.b + b) * f;
+        for (k, (d, &s)) in dst.iter_mut().zip(src).enumerate() {
+            *d = s * T::from_f64(mask.factor(base + k));
+        }
+    }
+    out
+}
+
+/// `(t, b)` of a row (Note [Rows] in `super::plan`).
+pub(crate) fn row_step(plan: &Plan<'_>, row: usize) -> (usize, usize) {
+    if plan.desc.batch_first {
+        (row % plan.t, row / plan.t)
+    } else {
+        (row / plan.b, row % plan.b)
+    }
 }

@@ -98,7 +98,9 @@
 //!
 //! # Note [Cube reserve]
 //!
-//! A training forward keeps, per layer `l`, as 2-D `F32` tensors:
+//! A training forward keeps a first 1-D tensor that only carries the kernels' tag (Note
+//! [Reserve tag] in [`crate::op_types`]; never read), then, per layer `l`, as 2-D `F32`
+//! tensors:
 //! - if `l > 0`: the layer's input after dropout, `[T·B, D·P]`;
 //! - the gate rows of both directions, `[D·T·B, W]`: LSTM `i, f, g, o` (activated) and the
 //!   cell state entering the step (`W = 5H`); GRU `r, z, n` and `R_n h + b_Rn` (`4H`);
@@ -106,8 +108,8 @@
 //! - the state entering each step of both directions, `[D·T·B, P]`.
 //!
 //! Padded rows are zero. Nothing else is kept: `tanh(c')` is recomputed from the gates,
-//! dropout masks from the seed. The tensors are 2-D, so a backward tells this reserve from
-//! the reference's (3-D tensors) and cuDNN's (one 1-D buffer) by its shapes.
+//! dropout masks from the seed. A backward tells this reserve from the reference's (3-D
+//! tensors, untagged) and cuDNN's (one tagged 1-D buffer) by its tag.
 //!
 //! # Note [Cube fallback]
 //!
@@ -128,11 +130,11 @@ mod plan;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use burn::tensor::{DType, TensorMetadata};
+use burn::tensor::{DType, FloatDType, TensorMetadata};
 use burn_cubecl::tensor::CubeTensor;
 
 use crate::descriptor::RnnDescriptor;
-use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
+use crate::op_types::{ReserveTag, RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use crate::reference;
 pub(crate) use plan::CubeOps;
 use plan::Plan;
@@ -165,9 +167,19 @@ pub(crate) fn runs(desc: &RnnDescriptor, dtype: DType) -> bool {
     enabled() && dtype != DType::F64 && plan::fits(desc)
 }
 
-/// Whether `reserve` is the kernels' (Note [Cube reserve]): every tensor is 2-D.
+/// The length of the reserve's first tensor, which only carries the kernels' tag (Note
+/// [Reserve tag] in [`crate::op_types`]).
+fn tag_len() -> usize {
+    ReserveTag::Cube.tagged_len(0)
+}
+
+/// Whether `reserve` is the kernels' (Note [Cube reserve]): its first tensor is 1-D and
+/// tagged [`ReserveTag::Cube`].
 pub(crate) fn owns_reserve<B: CubeOps>(reserve: &RnnReserve<B>) -> bool {
-    !reserve.tensors.is_empty() && reserve.tensors.iter().all(|t| t.shape().num_dims() == 2)
+    reserve.tensors.first().is_some_and(|t| {
+        let shape = t.shape();
+        shape.num_dims() == 1 && ReserveTag::of_len(shape[0]) == Some(ReserveTag::Cube)
+    })
 }
 
 fn count() {
@@ -215,13 +227,15 @@ pub(crate) fn forward_training<B: CubeOps>(
         return reference::forward_training::<B>(desc, inputs);
     }
     count();
+    let device = B::float_device(&inputs.x);
     let plan = Plan::new(desc);
     let inputs = forward::device_inputs::<B>(&plan, inputs);
-    let (out, reserve) = forward::forward::<B>(&plan, inputs, true);
-    (
-        output::<B>(desc, out, dtype),
-        RnnReserve { tensors: reserve },
-    )
+    let (out, rows) = forward::forward::<B>(&plan, inputs, true);
+    let tag = B::float_zeros([tag_len()].into(), &device, FloatDType::F32);
+    let mut tensors = Vec::with_capacity(rows.len() + 1);
+    tensors.push(tag);
+    tensors.extend(rows);
+    (output::<B>(desc, out, dtype), RnnReserve { tensors })
 }
 
 /// The reserve's shapes and dtypes (`FusedRnnBackend::fused_rnn_reserve_layout`).
@@ -229,9 +243,12 @@ pub(crate) fn reserve_layout(desc: &RnnDescriptor, dtype: DType) -> Vec<(Vec<usi
     if !runs(desc, dtype) {
         return reference::reserve_layout(desc, dtype);
     }
-    plan::reserve_shapes(desc)
-        .into_iter()
-        .map(|shape| (shape.to_vec(), DType::F32))
+    std::iter::once((vec![tag_len()], DType::F32))
+        .chain(
+            plan::reserve_shapes(desc)
+                .into_iter()
+                .map(|shape| (shape.to_vec(), DType::F32)),
+        )
         .collect()
 }
 
@@ -240,8 +257,8 @@ pub(crate) fn reserve_layout(desc: &RnnDescriptor, dtype: DType) -> Vec<(Vec<usi
 ///
 /// # Panics
 ///
-/// If `reserve` is 2-D but not the kernels' reserve for `desc` (another call's), naming
-/// both.
+/// If `reserve` is tagged as the kernels' but is not their reserve for `desc` (another
+/// call's), naming both.
 pub(crate) fn backward<B: CubeOps>(
     desc: &RnnDescriptor,
     inputs: RnnInputs<B>,
@@ -253,9 +270,8 @@ pub(crate) fn backward<B: CubeOps>(
         return reference::backward::<B>(desc, inputs, output, reserve, grads);
     }
     drop(output);
-    let expected: Vec<Vec<usize>> = plan::reserve_shapes(desc)
-        .into_iter()
-        .map(|s| s.to_vec())
+    let expected: Vec<Vec<usize>> = std::iter::once(vec![tag_len()])
+        .chain(plan::reserve_shapes(desc).into_iter().map(|s| s.to_vec()))
         .collect();
     let got: Vec<Vec<usize>> = reserve.tensors.iter().map(|t| t.shape().to_vec()).collect();
     let f32_only = reserve.tensors.iter().all(|t| t.dtype() == DType::F32);
@@ -280,6 +296,7 @@ pub(crate) fn backward<B: CubeOps>(
     let reserve = reserve
         .tensors
         .into_iter()
+        .skip(1) // the tag
         .map(burn_cubecl::kernel::into_contiguous)
         .collect();
     let g = backward::backward::<B>(&plan, inputs, reserve, grads);

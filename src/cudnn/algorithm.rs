@@ -1,6 +1,6 @@
-//! Which cuDNN RNN algorithm runs a call: the user's choice ([`set_algorithm`]), the rules
-//! of what each algorithm supports, the `Auto` heuristic, and the reserve tag that makes a
-//! backward use its forward's algorithm.
+//! Which cuDNN RNN algorithm runs a call: the rules of what each algorithm supports, the
+//! `Auto` heuristic, and the reserve tag that makes a backward use its forward's
+//! algorithm. The user's choice is [`super::set_algorithm`].
 //!
 //! # Note [RNN algorithms]
 //!
@@ -13,7 +13,8 @@
 //!   for small hidden sizes.
 //! - `PERSIST_DYNAMIC`: a persistent kernel compiled at run time with NVRTC for the
 //!   network and one exact batch size (`cudnnBuildRNNDynamic`), so it is built once per
-//!   (network, batch size); it needs `libnvrtc` at run time.
+//!   (network, batch size); it needs `libnvrtc` at run time. Its networks of different
+//!   batch sizes share one dropout state (Note [cuDNN dropout] in `build`).
 //!
 //! What each supports, as this crate applies it before asking cuDNN (so that a refusal
 //! never costs a probe):
@@ -28,21 +29,32 @@
 //!
 //! Everything else (a hidden size too large for the kernel, a batch too large, BF16,
 //! dropout) is found by cuDNN when the call shape is built or executed. Each call shape of
-//! a persistent algorithm is therefore probed once, when it is first seen on a thread: one
-//! inference forward, one training forward, and both backward calls on zeros at the real
-//! `T`, `B`, lengths and layout. A refusal anywhere means `STANDARD` for that call shape,
-//! with one warning; if `STANDARD` fails too, the reference path (Note [cuDNN fallback]).
+//! a persistent algorithm is therefore probed once per [`Pass`], when a request of that
+//! pass first meets it on a thread, on zeros at the real `T`, `B`, lengths and layout: an
+//! inference request runs the inference forward only; a training request (a training
+//! forward, or a fused op declaring its reserve) runs the training forward and both
+//! backward calls, since its backward will run the same algorithm. A refusal means
+//! `STANDARD` for that request and call shape, with one warning; if `STANDARD` fails too,
+//! the reference path (Note [cuDNN fallback]). A backward never probes (Note [Reserve
+//! tag]).
 //!
 //! # `Auto`
 //!
 //! [`RnnAlgorithm::Auto`] applies PyTorch's heuristics (`get_algo` and its helpers in
 //! `aten/src/ATen/native/cudnn/RNN.cpp`), which come from NVIDIA's measurements, after the
 //! support rules above:
-//! - `PERSIST_STATIC_SMALL_H` (not F64) when the hidden size is small: for an inference
-//!   call `H ≤ 384` (RNN-tanh, RNN-relu) or `H ≤ 192` (LSTM, GRU); for a training call
-//!   `H ≤ 256` or `H ≤ 128`. PyTorch uses the second pair for its backward; here a training
-//!   forward and its backward must use the same algorithm (Note [Reserve tag]), so a
-//!   training call uses the stricter pair for both;
+//! - `PERSIST_STATIC_SMALL_H` (not F64) when the hidden size is within what cuDNN runs for
+//!   the pass (`use_rnn_persist_small_h` in PyTorch, which follows the limits of the
+//!   "Features of RNN functions" table of cuDNN's developer guide, cited by PyTorch's
+//!   pull request #73211): `cudnnRNNForward` up to `H = 384` (RNN-tanh, RNN-relu) or
+//!   `H = 192` (LSTM, GRU); `cudnnRNNBackwardData_v8` and `cudnnRNNBackwardWeights_v8` up
+//!   to `H = 256` or `H = 128`. An inference call runs the forward only and takes the
+//!   first pair. A training call takes the second: its backward must run the forward's
+//!   algorithm (Note [Reserve tag]), so both directions must accept it. (PyTorch chooses
+//!   for its training forward with the forward's limits and for its backward with the
+//!   backward's, `get_algo(.., forward)` in `_cudnn_rnn` and `_cudnn_rnn_backward_input`,
+//!   so for LSTM and GRU with `128 < H ≤ 192` its two algorithms differ; here they never
+//!   do.)
 //! - else `PERSIST_STATIC` for F16 with one unidirectional layer, `H ≤ 1024`, `H` and the
 //!   input size multiples of 128, on devices where PyTorch enables it: compute capability
 //!   7.0 (V100) with batch sizes it lists, or 8.0 and above with at least 98 SMs except
@@ -55,26 +67,31 @@
 //! default is [`RnnAlgorithm::Standard`], PyTorch's default too: the persistent algorithms
 //! have not been measured against it on this crate's benchmark yet (README, "GPU").
 //!
-//! # Note [Reserve tag]
+//! # Reserve tag
 //!
 //! cuDNN's reserve holds what its backward needs in a layout only the same RNN descriptor
-//! understands, so the backward must use the forward's algorithm and math mode, even if
-//! [`set_algorithm`] or [`super::set_tf32`] changed in between. The reserve is one 1-D F32
-//! buffer whose length carries them: its length is the reserve's size in F32 elements
-//! rounded up to a multiple of 8, plus `2 * algorithm + tf32` (0..8). The backward reads
-//! the tag, asks for exactly that algorithm and math mode, and panics with a clear message
-//! if they no longer run (never a silent mismatch).
+//! understands, so the backward must use the forward's network and call shape, even if
+//! [`super::set_algorithm`] or [`super::set_tf32`] changed in between. The reserve is one
+//! 1-D F32 buffer tagged with the algorithm and TF32 (Note [Reserve tag] on
+//! `crate::op_types::ReserveTag`, the crate's one scheme). The backward reads the tag and
+//! takes the call shape its forward ran, from the per-thread cache of call shapes (keyed
+//! by the network, which the tag and the descriptor name, and the call shape), whatever
+//! algorithm the forward was asked for (`Auto` included). It never builds a network or
+//! probes when that entry is there; when it is gone (the cache was cleared), it rebuilds
+//! exactly the tagged network and call shape, without a probe, and panics with a clear
+//! message if cuDNN no longer builds them (never a silent mismatch).
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use burn::tensor::DType;
 use cudarc::cudnn::sys;
 
 use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::ReserveTag;
 
-/// The cuDNN RNN algorithm of the CUDA backend (Note [RNN algorithms] in this module's
-/// source, summarized in the README's GPU section).
+/// The cuDNN RNN algorithm of the CUDA backend ([`super::set_algorithm`]; Note [RNN
+/// algorithms] in this module's source, summarized in the README's GPU section).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum RnnAlgorithm {
     /// `CUDNN_RNN_ALGO_STANDARD` (the default): robust on every configuration.
@@ -112,7 +129,7 @@ impl RnnAlgorithm {
         }
     }
 
-    fn index(self) -> u8 {
+    pub(crate) fn index(self) -> u8 {
         match self {
             RnnAlgorithm::Standard => 0,
             RnnAlgorithm::PersistStatic => 1,
@@ -122,7 +139,7 @@ impl RnnAlgorithm {
         }
     }
 
-    fn from_index(index: u8) -> Self {
+    pub(crate) fn from_index(index: u8) -> Self {
         match index {
             1 => RnnAlgorithm::PersistStatic,
             2 => RnnAlgorithm::PersistStaticSmallH,
@@ -191,24 +208,6 @@ impl Algo {
     }
 }
 
-static ALGORITHM: AtomicU8 = AtomicU8::new(0);
-
-/// Chooses the cuDNN RNN algorithm of later calls (default [`RnnAlgorithm::Standard`]).
-///
-/// A persistent algorithm that cannot run a call shape (Note [RNN algorithms]: no bias,
-/// projection, variable lengths, F64 for the static ones, or cuDNN refusing the shape when
-/// it is probed) falls back to `Standard` for that shape, with one warning. A training
-/// forward's backward always uses the forward's algorithm (Note [Reserve tag]). Takes
-/// effect from the next call; process-wide.
-pub fn set_algorithm(algorithm: RnnAlgorithm) {
-    ALGORITHM.store(algorithm.index(), Ordering::Relaxed);
-}
-
-/// The algorithm chosen with [`set_algorithm`].
-pub fn algorithm() -> RnnAlgorithm {
-    RnnAlgorithm::from_index(ALGORITHM.load(Ordering::Relaxed))
-}
-
 /// What a call asks for: the algorithm (maybe `Auto`) and TF32. Part of every cache key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Settings {
@@ -216,14 +215,15 @@ pub(crate) struct Settings {
     pub tf32: bool,
 }
 
-impl Settings {
-    /// The process-wide settings now.
-    pub(crate) fn current() -> Self {
-        Self {
-            algorithm: algorithm(),
-            tf32: super::tf32(),
-        }
-    }
+/// What a request runs: the inference forward, or a training forward and its backward
+/// (Note [RNN algorithms]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Pass {
+    /// `cudnnRNNForward` in inference mode.
+    Inference,
+    /// `cudnnRNNForward` in training mode, then `cudnnRNNBackwardData_v8` and
+    /// `cudnnRNNBackwardWeights_v8` on its reserve.
+    Training,
 }
 
 /// What the device tells the heuristics: compute capability and SM count.
@@ -270,12 +270,12 @@ pub(crate) fn candidates(
     settings: Settings,
     desc: &RnnDescriptor,
     dtype: DType,
-    training: bool,
+    pass: Pass,
     device: DeviceInfo,
 ) -> Vec<Algo> {
     let variable = desc.seq_lengths.is_some();
-    let wanted = Algo::of(settings.algorithm)
-        .unwrap_or_else(|| auto(&desc.spec, dtype, desc, training, device));
+    let wanted =
+        Algo::of(settings.algorithm).unwrap_or_else(|| auto(&desc.spec, dtype, desc, pass, device));
     match refusal(wanted, &desc.spec, dtype, variable, Some(device)) {
         None if wanted.is_persistent() => vec![wanted, Algo::Standard],
         _ => vec![Algo::Standard],
@@ -287,19 +287,13 @@ pub(crate) fn auto(
     spec: &RnnSpec,
     dtype: DType,
     desc: &RnnDescriptor,
-    training: bool,
+    pass: Pass,
     device: DeviceInfo,
 ) -> Algo {
     let variable = desc.seq_lengths.is_some();
     let allowed = |algo| refusal(algo, spec, dtype, variable, Some(device)).is_none();
     let h = spec.d_hidden;
-    let small_h = match (spec.mode, training) {
-        (RnnMode::RnnTanh | RnnMode::RnnRelu, false) => h <= 384,
-        (RnnMode::RnnTanh | RnnMode::RnnRelu, true) => h <= 256,
-        (RnnMode::Lstm | RnnMode::Gru, false) => h <= 192,
-        (RnnMode::Lstm | RnnMode::Gru, true) => h <= 128,
-    };
-    if small_h && allowed(Algo::PersistStaticSmallH) {
+    if h <= small_h_limit(spec.mode, pass) && allowed(Algo::PersistStaticSmallH) {
         return Algo::PersistStaticSmallH;
     }
     let common = spec.num_layers == 1
@@ -315,6 +309,19 @@ pub(crate) fn auto(
         return Algo::PersistStatic;
     }
     Algo::Standard
+}
+
+/// The largest hidden size `PERSIST_STATIC_SMALL_H` runs for every cuDNN call of `pass`
+/// (Note [RNN algorithms], "`Auto`"): the forward's limit for inference, the backward's
+/// (smaller) for training.
+pub(crate) fn small_h_limit(mode: RnnMode, pass: Pass) -> usize {
+    let plain = matches!(mode, RnnMode::RnnTanh | RnnMode::RnnRelu);
+    match (pass, plain) {
+        (Pass::Inference, true) => 384,
+        (Pass::Inference, false) => 192,
+        (Pass::Training, true) => 256,
+        (Pass::Training, false) => 128,
+    }
 }
 
 /// PyTorch's `use_persist_device_heuristics`.
@@ -335,15 +342,41 @@ fn persist_static_device(mode: RnnMode, h: usize, b: usize, t: usize, device: De
 }
 
 /// The reserve's length in F32 elements for `bytes` of cuDNN reserve, tagged with the
-/// algorithm and TF32 (Note [Reserve tag]).
+/// algorithm and TF32 (Note [Reserve tag] on `crate::op_types::ReserveTag`).
 pub(crate) fn tagged_reserve_len(bytes: usize, algo: Algo, tf32: bool) -> usize {
-    bytes.div_ceil(4).max(1).next_multiple_of(8) + 2 * algo.index() + usize::from(tf32)
+    let tag = ReserveTag::Cudnn {
+        algorithm: algo.index() as u8,
+        tf32,
+    };
+    tag.tagged_len(bytes.div_ceil(4))
 }
 
-/// The algorithm and TF32 setting a tagged reserve length carries.
-pub(crate) fn reserve_tag(len: usize) -> (Algo, bool) {
-    let tag = len % 8;
-    (Algo::ALL[tag / 2], tag % 2 == 1)
+/// The algorithm and TF32 setting a tagged reserve length carries; `None` when the length
+/// is not a cuDNN reserve's.
+pub(crate) fn reserve_tag(len: usize) -> Option<(Algo, bool)> {
+    match ReserveTag::of_len(len)? {
+        ReserveTag::Cudnn { algorithm, tf32 } => Some((Algo::ALL[usize::from(algorithm)], tf32)),
+        _ => None,
+    }
+}
+
+static CALLS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// How many cuDNN RNN calls (forward, backward data, backward weights) this process has
+/// made: a diagnostic that shows which path ran.
+pub fn cudnn_calls() -> u64 {
+    CALLS.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+}
+
+/// How many of [`cudnn_calls`] ran with `algorithm` (the algorithm cuDNN ran, after any
+/// fallback; `Auto` is never run as such and counts 0): shows which algorithm a setting
+/// ended up using.
+pub fn cudnn_calls_with(algorithm: RnnAlgorithm) -> u64 {
+    Algo::of(algorithm).map_or(0, |a| CALLS[a.index()].load(Ordering::Relaxed))
+}
+
+pub(crate) fn count_call(algo: Algo) {
+    CALLS[algo.index()].fetch_add(1, Ordering::Relaxed);
 }
 
 #[cfg(test)]
@@ -367,7 +400,47 @@ mod tests {
     }
 
     fn pick(d: &RnnDescriptor, dtype: DType, training: bool, device: DeviceInfo) -> Algo {
-        auto(&d.spec, dtype, d, training, device)
+        let pass = if training {
+            Pass::Training
+        } else {
+            Pass::Inference
+        };
+        auto(&d.spec, dtype, d, pass, device)
+    }
+
+    #[test]
+    fn small_h_is_chosen_up_to_cudnns_limit_for_the_pass_of_the_call() {
+        use RnnMode::*;
+        // The limits of `use_rnn_persist_small_h` (forward: 384 / 192; backward: 256 /
+        // 128), at and just past each one; a training call takes the backward's.
+        for (mode, inference, training) in [
+            (RnnTanh, 384, 256),
+            (RnnRelu, 384, 256),
+            (Lstm, 192, 128),
+            (Gru, 192, 128),
+        ] {
+            for (pass, limit) in [(false, inference), (true, training)] {
+                let at = pick(&desc(mode, limit, 4, 2, true), DType::F32, pass, H100);
+                let past = pick(&desc(mode, limit + 1, 4, 2, true), DType::F32, pass, H100);
+                let what = format!("{mode:?} training={pass}");
+                assert_eq!(at, Algo::PersistStaticSmallH, "{what} at H = {limit}");
+                assert_eq!(past, Algo::Standard, "{what} at H = {}", limit + 1);
+            }
+        }
+        // Never below compute capability 6.0, never in F64.
+        let old = DeviceInfo {
+            major: 5,
+            minor: 2,
+            sms: 24,
+        };
+        assert_eq!(
+            pick(&desc(Lstm, 64, 4, 1, false), DType::F32, false, old),
+            Algo::Standard
+        );
+        assert_eq!(
+            pick(&desc(Lstm, 64, 4, 1, false), DType::F64, false, H100),
+            Algo::Standard
+        );
     }
 
     #[test]
@@ -392,8 +465,8 @@ mod tests {
                 for tf32 in [false, true] {
                     let len = tagged_reserve_len(bytes, algo, tf32);
                     assert!(len * 4 >= bytes, "{bytes} bytes, got {len} elements");
-                    assert!(len < bytes.div_ceil(4) + 16);
-                    assert_eq!(reserve_tag(len), (algo, tf32), "{bytes} bytes");
+                    assert!(len < bytes.div_ceil(4) + 32);
+                    assert_eq!(reserve_tag(len), Some((algo, tf32)), "{bytes} bytes");
                 }
             }
         }
@@ -551,23 +624,41 @@ mod tests {
         };
         use Algo::*;
         assert_eq!(
-            candidates(s(RnnAlgorithm::Standard), &d, DType::F32, false, H100),
+            candidates(
+                s(RnnAlgorithm::Standard),
+                &d,
+                DType::F32,
+                Pass::Inference,
+                H100
+            ),
             vec![Standard]
         );
         assert_eq!(
-            candidates(s(RnnAlgorithm::PersistDynamic), &d, DType::F32, true, H100),
+            candidates(
+                s(RnnAlgorithm::PersistDynamic),
+                &d,
+                DType::F32,
+                Pass::Training,
+                H100
+            ),
             vec![PersistDynamic, Standard]
         );
         assert_eq!(
-            candidates(s(RnnAlgorithm::PersistStatic), &d, DType::F64, false, H100),
+            candidates(
+                s(RnnAlgorithm::PersistStatic),
+                &d,
+                DType::F64,
+                Pass::Inference,
+                H100
+            ),
             vec![Standard]
         );
         assert_eq!(
-            candidates(s(RnnAlgorithm::Auto), &d, DType::F16, false, H100),
+            candidates(s(RnnAlgorithm::Auto), &d, DType::F16, Pass::Inference, H100),
             vec![PersistStatic, Standard]
         );
         assert_eq!(
-            candidates(s(RnnAlgorithm::Auto), &d, DType::F32, false, H100),
+            candidates(s(RnnAlgorithm::Auto), &d, DType::F32, Pass::Inference, H100),
             vec![Standard]
         );
     }

@@ -1,7 +1,7 @@
 //! The backward through cuDNN: `cudnnRNNBackwardData_v8`, then
-//! `cudnnRNNBackwardWeights_v8` into a zeroed weight gradient.
+//! `cudnnRNNBackwardWeights_v8` into a zeroed weight gradient (Note [cuDNN call
+//! protocol]).
 
-use std::cell::RefCell;
 use std::ffi::c_int;
 
 use burn::tensor::backend::Backend;
@@ -11,79 +11,43 @@ use burn_cubecl::{BoolElement, FloatElement, IntElement};
 use cudarc::driver::DevicePtr;
 
 use super::algorithm::{self, Algo};
-use super::cache::{DeviceState, Prepared};
-use super::calls::{self, Buffers};
-use super::forward::{check_inputs, check_tensor, reserve_workspace, weight_space};
-use super::profile::{Op, Phase, Span};
-use super::protocol::{self, empty, shape, CudaTensor, GpuTimer, Guards};
+use super::checks::{check_backward, weight_space};
+use super::ffi::{self, Buffers};
+use super::network::Prepared;
+use super::profile::{Laps, Op, Phase};
+use super::protocol::{empty, shape, Cuda, CudaTensor, Gpu, Launch};
 use super::weights::from_weight_space;
-use super::Cuda;
-use crate::backend::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use crate::reference::{float, prim};
 
 /// The algorithm and TF32 setting of a cuDNN reserve (one 1-D F32 buffer, Note [Reserve
-/// tag]); `None` for the reference's reserve (3-D tensors).
+/// tag] on `crate::op_types::ReserveTag`); `None` for any other reserve (the reference's:
+/// 3-D tensors).
 pub(crate) fn cudnn_reserve_tag(
     reserve: &RnnReserve<impl Backend<FloatTensorPrimitive = CudaTensor>>,
 ) -> Option<(Algo, bool)> {
     match reserve.tensors.as_slice() {
-        [t] if shape(t).len() == 1 && t.dtype == DType::F32 => {
-            Some(algorithm::reserve_tag(shape(t)[0]))
-        }
+        [t] if shape(t).len() == 1 && t.dtype == DType::F32 => algorithm::reserve_tag(shape(t)[0]),
         _ => None,
     }
 }
 
+/// The backward of the call shape `p` (its forward's, Note [Reserve tag]) on `gpu`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn backward<F: FloatElement, I: IntElement, BT: BoolElement>(
     p: &Prepared,
-    state: &RefCell<DeviceState>,
+    gpu: &Gpu,
     desc: &RnnDescriptor,
     inputs: RnnInputs<Cuda<F, I, BT>>,
     output: RnnOutput<Cuda<F, I, BT>>,
     reserve: CudaTensor,
     grads: RnnOutputGrads<Cuda<F, I, BT>>,
 ) -> RnnGrads<Cuda<F, I, BT>> {
-    let op = Op::Backward;
-    let mut t = Span::start();
-    check_inputs(desc, p, &inputs);
+    let mut laps = Laps::start(Op::Backward);
+    check_backward(desc, p, &inputs, &output, &reserve, &grads);
+    laps.lap(Phase::Checks);
     let lstm = desc.spec.mode.has_cell_state();
-    let x = &inputs.x;
-    check_tensor("output", Some(&output.y), x, Some(desc.output_shape()));
-    check_tensor(
-        "output gradient",
-        grads.dy.as_ref(),
-        x,
-        Some(desc.output_shape()),
-    );
-    let (dh_n, dc_n) = (grads.dh_n.as_ref(), grads.dc_n.as_ref());
-    check_tensor(
-        "final hidden state gradient",
-        dh_n,
-        x,
-        Some(desc.hidden_shape()),
-    );
-    check_tensor(
-        "final cell state gradient",
-        dc_n,
-        x,
-        Some(desc.cell_shape()),
-    );
-    assert!(
-        lstm || dc_n.is_none(),
-        "expected no final cell state gradient for mode {:?}, got one",
-        desc.spec.mode
-    );
-    let reserve_len = shape(&reserve).iter().product::<usize>();
-    assert!(
-        reserve_len * 4 >= p.reserve_bytes && reserve.device == x.device,
-        "expected the reserve of a cuDNN training forward of this configuration (at least {} F32 elements, on {:?}), got {reserve_len} elements on {:?}",
-        p.reserve_bytes.div_ceil(4),
-        x.device,
-        reserve.device
-    );
-    t.lap(op, Phase::Checks);
     let dtype = p.net.dtype;
     let x = into_contiguous(inputs.x);
     let h0 = inputs.h0.map(into_contiguous);
@@ -100,75 +64,63 @@ pub(crate) fn backward<F: FloatElement, I: IntElement, BT: BoolElement>(
     } else {
         reserve.copy()
     };
-    t.lap(op, Phase::Contiguous);
+    laps.lap(Phase::Contiguous);
     let dy_zeros = dy.is_none();
     let dy = dy.unwrap_or_else(|| empty(&x, desc.output_shape().to_vec(), dtype));
     let dx = empty(&x, desc.input_shape().to_vec(), dtype);
     let dhx = empty(&x, desc.hidden_shape().to_vec(), dtype);
     let dcx = lstm.then(|| empty(&x, desc.cell_shape().to_vec(), dtype));
     let dw = empty(&x, vec![p.net.weight_space_bytes / dtype.size()], dtype);
-    reserve_workspace(state, p.work_training);
-    t.lap(op, Phase::Alloc);
+    let work = empty(&x, vec![p.work_training], DType::U8);
+    laps.lap(Phase::Alloc);
 
-    let st = state.borrow();
-    let mut g = Guards::default();
-    let b = Buffers {
-        lengths: p.dev_lengths.device_ptr(&st.stream).0 as *const c_int,
-        x: g.ptr(&x),
-        y: g.ptr(&y),
-        hx: g.opt(h0.as_ref()),
-        cx: g.opt(c0.as_ref()),
-        w: g.ptr(&w),
-        work: st.workspace().0,
-        reserve: g.ptr(&reserve),
-        dx: g.ptr(&dx),
-        dy: g.ptr(&dy),
-        dhx: g.ptr(&dhx),
-        dhy: g.opt(dhy.as_ref()),
-        dcx: g.opt(dcx.as_ref()),
-        dcy: g.opt(dcy.as_ref()),
-        dw: g.ptr(&dw),
+    let mut run = Launch::new(gpu, laps);
+    let mut b = Buffers {
+        x: run.ptr(&x),
+        y: run.ptr(&y),
+        hx: run.opt(h0.as_ref()),
+        cx: run.opt(c0.as_ref()),
+        w: run.ptr(&w),
+        work: run.ptr(&work),
+        reserve: run.ptr(&reserve),
+        dx: run.ptr(&dx),
+        dy: run.ptr(&dy),
+        dhx: run.ptr(&dhx),
+        dhy: run.opt(dhy.as_ref()),
+        dcx: run.opt(dcx.as_ref()),
+        dcy: run.opt(dcy.as_ref()),
+        dw: run.ptr(&dw),
         ..Buffers::null()
     };
-    t.lap(op, Phase::Pointers);
-    protocol::sync_cubecl(&x);
-    t.lap(op, Phase::CubeclSync);
-    st.bind().unwrap_or_else(|e| panic!("burn-fused-rnn: {e}"));
+    run.ready(&x);
+    b.lengths = p.dev_lengths.device_ptr(gpu.stream()).0 as *const c_int;
     let bytes = |shape: [usize; 3]| shape.iter().product::<usize>() * dtype.size();
     if dy_zeros {
-        protocol::zero(&st, &mut g, b.dy, bytes(desc.output_shape()));
+        run.zero(b.dy, bytes(desc.output_shape()));
     }
     if desc.seq_lengths.is_some() {
         // cuDNN documents its padding fill for outputs only; dx past a sequence's end must
         // be zero (the reference's gradient there).
-        protocol::zero(&st, &mut g, b.dx, bytes(desc.input_shape()));
+        run.zero(b.dx, bytes(desc.input_shape()));
     }
     // WGRAD_MODE_ADD accumulates into dw (cuDNN 9 supports no other mode).
-    protocol::zero(&st, &mut g, b.dw, p.net.weight_space_bytes);
-    t.lap(op, Phase::Memset);
-    let mut gpu = GpuTimer::default();
-    let status = gpu.around(&st, Phase::CudnnBackwardData, || {
-        // SAFETY: as in `forward`, with the output, gradient and reserve checks above; the
-        // reserve holds at least the bytes this configuration's training forward fills
-        // (`p` is the forward's network: same algorithm and math mode, from the reserve's
+    run.zero(b.dw, p.net.weight_space_bytes);
+    run.lap(Phase::Memset);
+    let (handle, call) = (&gpu.handle, p.rnn_call());
+    run.call(Phase::CudnnBackwardData, p.net.algo, || {
+        // SAFETY: as in `forward`, with the output, gradient and reserve checks of
+        // `check_backward`; the reserve holds at least the bytes this configuration's
+        // training forward fills (`p` is the forward's call shape, from the reserve's
         // tag), and no other tensor shares it. BackwardData runs first: it updates the
         // reserve that BackwardWeights reads; both run on the handle's stream after the
         // memsets.
-        unsafe { calls::run_backward_data(st.handle.raw, p, &b) }
+        unsafe { ffi::rnn_backward_data(handle, &call, &b) }
     });
-    protocol::launched(&st, &mut g, "cudnnRNNBackwardData_v8", status);
-    super::count_call(p.net.algo);
-    let status = gpu.around(&st, Phase::CudnnBackwardWeights, || {
+    run.call(Phase::CudnnBackwardWeights, p.net.algo, || {
         // SAFETY: as above; `dw` was zeroed, BackwardData was enqueued before.
-        unsafe { calls::run_backward_weights(st.handle.raw, p, &b) }
+        unsafe { ffi::rnn_backward_weights(handle, &call, &b) }
     });
-    protocol::launched(&st, &mut g, "cudnnRNNBackwardWeights_v8", status);
-    super::count_call(p.net.algo);
-    t.lap(op, Phase::CudnnLaunch);
-    protocol::wait(&st, &mut g);
-    t.lap(op, Phase::StreamSync);
-    drop(g);
-    gpu.finish(op);
+    run.finish();
     let dweights = prim(from_weight_space(
         &p.net.plan,
         float::<Cuda<F, I, BT>, 1>(dw),

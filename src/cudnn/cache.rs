@@ -1,636 +1,736 @@
-//! The per-(thread, device) state: handle, stream, workspace, and the caches of networks
-//! and call shapes; building them, probing them, and choosing the algorithm (Note [cuDNN
-//! fallback], Note [RNN algorithms]).
+//! Which call shape each request runs, and when to build, probe and forget: the policy
+//! of the per-(thread, device) cache (Note [RNN algorithms], Note [Reserve tag]), generic
+//! over what it builds ([`Build`]: cuDNN's in `build`, a recording fake in the tests), so
+//! that it is tested without a GPU. The cache itself lives in `state`.
+//!
+//! One file although it passes 700 lines: half of it is the tests, which replay every
+//! build and probe the policy asks for and read its private maps.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
-use std::ptr;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use burn::tensor::DType;
-use cubecl::cuda::CudaDevice;
-use cudarc::cudnn::sys;
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 
-use super::algorithm::{self, Algo, DeviceInfo, Settings};
-use super::calls::{self, Buffers};
-use super::descriptors::{self, cudnn_err, CallDescriptors};
-use super::ffi::{check, CudnnError, DropoutDesc, Handle, RnnDesc, TensorDesc};
-use super::profile::{Op, Phase, Span};
-use super::weights::{self, WeightPlan, WeightSlot};
+use super::algorithm::{Algo, Pass, Settings};
+use super::ffi::Error;
 use crate::config::RnnSpec;
 use crate::descriptor::RnnDescriptor;
-use crate::layout::RnnLayout;
 
-/// cuDNN's description of one network on one device, shared by every call shape: per
-/// (spec, dropout probability, dtype, TF32, algorithm), and for `PERSIST_DYNAMIC` per
-/// batch size too (its kernel is compiled for one).
-pub(crate) struct Network {
-    pub rnn: RnnDesc,
-    // Kept alive for `rnn`, which refers to it; dropped after it (field order).
-    _dropout: DropoutDesc,
-    _dropout_states: Option<CudaSlice<u8>>,
-    pub dtype: DType,
-    pub data_type: sys::cudnnDataType_t,
-    pub weight_space_bytes: usize,
-    pub plan: WeightPlan,
-    pub algo: Algo,
-    pub tf32: bool,
-}
-
-/// One call shape (T, B, lengths, layout) of a network: data descriptors, the sequence
-/// lengths on the device (uploaded once here, not per call: cuDNN reads them from device
-/// memory, and they never change for the shape), and the sizes of the temporary buffers.
-pub(crate) struct Prepared {
-    pub net: Rc<Network>,
-    pub io: CallDescriptors,
-    pub dev_lengths: CudaSlice<c_int>,
-    pub work_inference: usize,
-    pub work_training: usize,
-    pub reserve_bytes: usize,
-}
-
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct NetKey {
-    spec: RnnSpec,
-    dropout_bits: u64,
-    dtype: DType,
-    tf32: bool,
-    algo: Algo,
-    /// The batch size a `PERSIST_DYNAMIC` network is compiled for; `None` otherwise.
-    dynamic_batch: Option<usize>,
-}
-
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Key {
-    spec: RnnSpec,
-    dropout_bits: u64,
-    dtype: DType,
-    settings: Settings,
-    /// Inference and training calls differ only under `Auto` (its thresholds do).
-    training: bool,
+/// What a call shape depends on besides its network.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct ShapeKey {
     seq_length: usize,
     batch_size: usize,
     batch_first: bool,
     seq_lengths: Option<Vec<usize>>,
 }
 
-/// Per (thread, device): the handle, the crate's stream, the workspace, and the networks
-/// and call shapes seen (`None`: the reference path runs them). Fields drop in order: call
-/// shapes and networks, the workspace, then the handle, the stream and the context.
-pub(crate) struct DeviceState {
-    calls: HashMap<Key, Option<Rc<Prepared>>>,
-    networks: HashMap<NetKey, Option<Rc<Network>>>,
-    workspace: Option<CudaSlice<u8>>,
-    pub info: DeviceInfo,
-    pub handle: Handle,
-    pub stream: Arc<CudaStream>,
-    pub context: Arc<CudaContext>,
-}
-
-impl DeviceState {
-    /// Makes this device's context current on the calling thread: cuDNN works in whatever
-    /// context is current, and another device's may be.
-    pub(crate) fn bind(&self) -> Result<(), String> {
-        self.context
-            .bind_to_thread()
-            .map_err(|e| format!("binding the CUDA context: {e:?}"))
-    }
-
-    /// Grows the workspace to at least `bytes`. It is reused by every call on this thread
-    /// and device: each call synchronizes the crate's stream before it returns, so no call
-    /// still uses it when the next one starts. A buffer that grows is freed in stream
-    /// order (`cuMemFreeAsync` on the crate's stream, after every use).
-    pub(crate) fn reserve_workspace(&mut self, bytes: usize) -> Result<(), String> {
-        if self.workspace.as_ref().is_some_and(|w| w.len() >= bytes) {
-            return Ok(());
+impl ShapeKey {
+    fn of(desc: &RnnDescriptor) -> Self {
+        Self {
+            seq_length: desc.seq_length,
+            batch_size: desc.batch_size,
+            batch_first: desc.batch_first,
+            seq_lengths: desc.seq_lengths.clone(),
         }
-        self.workspace = None;
-        let buffer = self
-            .stream
-            .alloc_zeros::<u8>(bytes.max(1))
-            .map_err(|e| format!("cuDNN workspace of {bytes} bytes: {e:?}"))?;
-        self.workspace = Some(buffer);
-        Ok(())
-    }
-
-    /// The workspace's device pointer and size (after [`DeviceState::reserve_workspace`]).
-    pub(crate) fn workspace(&self) -> (*mut c_void, usize) {
-        self.workspace.as_ref().map_or((ptr::null_mut(), 0), |w| {
-            (w.device_ptr(&self.stream).0 as *mut c_void, w.len())
-        })
     }
 }
 
-impl Drop for DeviceState {
-    fn drop(&mut self) {
-        // The descriptors, the handle and the buffers are destroyed in the current context:
-        // make it this device's. `bind_to_thread` returns early on an error cudarc recorded
-        // earlier, so that is cleared first. A failure cannot be reported here.
-        let _ = self.context.check_err();
-        let _ = self.context.bind_to_thread();
+/// One network: what its RNN descriptor, dropout descriptor and weight plan depend on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct NetKey {
+    pub spec: RnnSpec,
+    pub dropout_bits: u64,
+    pub dtype: DType,
+    pub tf32: bool,
+    pub algo: Algo,
+    /// The batch size a `PERSIST_DYNAMIC` network is compiled for; `None` otherwise.
+    pub dynamic_batch: Option<usize>,
+}
+
+impl NetKey {
+    pub(crate) fn of(desc: &RnnDescriptor, dtype: DType, tf32: bool, algo: Algo) -> Self {
+        Self {
+            spec: desc.spec,
+            dropout_bits: desc.dropout.probability.to_bits(),
+            dtype,
+            tf32,
+            algo,
+            dynamic_batch: (algo == Algo::PersistDynamic).then_some(desc.batch_size),
+        }
+    }
+
+    /// The key of the network's dropout state: one per network, except that the
+    /// `PERSIST_DYNAMIC` networks of every batch size share one, so that a new batch size
+    /// continues the random stream instead of seeding a second one (Note [cuDNN dropout]).
+    fn dropout_key(&self) -> NetKey {
+        NetKey {
+            dynamic_batch: None,
+            ..self.clone()
+        }
     }
 }
 
-/// Call shapes, and networks, kept per (thread, device) before that cache is cleared.
+/// One call shape of one network: the entry a training forward and its backward share.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct CallKey {
+    net: NetKey,
+    shape: ShapeKey,
+}
+
+/// One forward request: the descriptor, dtype, settings and pass it was made with.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct RequestKey {
+    spec: RnnSpec,
+    dropout_bits: u64,
+    dtype: DType,
+    settings: Settings,
+    pass: Pass,
+    shape: ShapeKey,
+}
+
+impl RequestKey {
+    pub(crate) fn of(desc: &RnnDescriptor, dtype: DType, settings: Settings, pass: Pass) -> Self {
+        Self {
+            spec: desc.spec,
+            dropout_bits: desc.dropout.probability.to_bits(),
+            dtype,
+            settings,
+            pass,
+            shape: ShapeKey::of(desc),
+        }
+    }
+}
+
+/// What [`Cache`] asks to be built or run. The cuDNN implementation is `build::CudnnBuild`;
+/// the tests use a recording fake.
+pub(crate) trait Build {
+    /// A dropout descriptor and its generator states.
+    type Dropout;
+    /// A network (RNN descriptor, weight plan).
+    type Network;
+    /// A call shape of a network (data descriptors, lengths, temporary sizes).
+    type Call;
+    /// The dropout state of the networks keyed by [`NetKey::dropout_key`].
+    fn dropout(&mut self, desc: &RnnDescriptor) -> Result<Self::Dropout, Error>;
+    /// The network of `key`.
+    fn network(
+        &mut self,
+        key: &NetKey,
+        desc: &RnnDescriptor,
+        dropout: &Rc<Self::Dropout>,
+    ) -> Result<Self::Network, Error>;
+    /// The call shape of `desc` on `net`.
+    fn call(&mut self, net: &Rc<Self::Network>, desc: &RnnDescriptor) -> Result<Self::Call, Error>;
+    /// Runs `pass` of a call shape on zeros (Note [RNN algorithms]).
+    fn probe(&mut self, call: &Self::Call, desc: &RnnDescriptor, pass: Pass) -> Result<(), Error>;
+}
+
+/// Entries kept per map before the cache is cleared.
 const CACHE_LIMIT: usize = 256;
 
-thread_local! {
-    static DEVICES: RefCell<HashMap<usize, Rc<RefCell<DeviceState>>>> = RefCell::new(HashMap::new());
+/// Which call shape each request runs, and everything built for it (Note [RNN
+/// algorithms], Note [Reserve tag]). `None` remembers a failure: the reference path for a
+/// request, a network cuDNN refused.
+///
+/// Fields drop in order: requests and call shapes hold networks, networks hold dropout
+/// states.
+pub(crate) struct Cache<D, N, C> {
+    /// Forward requests: the call shape chosen, or `None` (the reference path).
+    requests: HashMap<RequestKey, Option<Rc<C>>>,
+    /// Every call shape built, per network: where a backward finds its forward's.
+    calls: HashMap<CallKey, Rc<C>>,
+    networks: HashMap<NetKey, Option<Rc<N>>>,
+    /// Standard networks' probes at `T = B = 1`, per pass.
+    network_probes: HashMap<(NetKey, Pass), Result<(), Error>>,
+    dropouts: HashMap<NetKey, Rc<D>>,
 }
 
-/// Drops the calling thread's state on every device (module docs of [`super::clear_cache`]).
-pub(crate) fn clear_thread_state() {
-    let states: Vec<_> = DEVICES.with(|devices| devices.borrow_mut().drain().collect());
-    drop(states);
-}
-
-fn device_state(device: &CudaDevice) -> Result<Rc<RefCell<DeviceState>>, String> {
-    DEVICES.with(|devices| {
-        if let Some(state) = devices.borrow().get(&device.index) {
-            return Ok(state.clone());
-        }
-        let context = CudaContext::new(device.index).map_err(|e| format!("CUDA context: {e:?}"))?;
-        let attribute = |a| {
-            context
-                .attribute(a)
-                .map_err(|e| format!("CUDA device attribute {a:?}: {e:?}"))
-        };
-        use cudarc::driver::sys::CUdevice_attribute::*;
-        let info = DeviceInfo {
-            major: attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            minor: attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-            sms: attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
-        };
-        let stream = context
-            .new_stream()
-            .map_err(|e| format!("CUDA stream: {e:?}"))?;
-        // SAFETY: the stream is live and owned by the state next to the handle; the handle
-        // drops first (field order of `DeviceState`). `new_stream` made the context current.
-        let handle = unsafe { Handle::new(stream.cu_stream() as sys::cudaStream_t) }
-            .map_err(|e| e.to_string())?;
-        let state = Rc::new(RefCell::new(DeviceState {
+impl<D, N, C> Default for Cache<D, N, C> {
+    fn default() -> Self {
+        Self {
+            requests: HashMap::new(),
             calls: HashMap::new(),
             networks: HashMap::new(),
-            workspace: None,
-            info,
-            handle,
-            stream,
-            context,
-        }));
-        devices.borrow_mut().insert(device.index, state.clone());
-        Ok(state)
-    })
+            network_probes: HashMap::new(),
+            dropouts: HashMap::new(),
+        }
+    }
 }
 
-/// What a call asks of [`prepared`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Request {
-    /// Algorithm and TF32.
-    pub settings: Settings,
-    /// A training call (forward or backward): `Auto`'s stricter thresholds.
-    pub training: bool,
-    /// The backward of a tagged reserve: only this algorithm will do (Note [Reserve tag]).
-    pub exact: Option<Algo>,
-    /// Where the profile counts the lookup (`None`: not counted).
-    pub op: Option<Op>,
-}
+impl<D, N, C> Cache<D, N, C> {
+    /// The choice made for `key` before (`Some(None)`: the reference path), if any.
+    pub(crate) fn request(&self, key: &RequestKey) -> Option<Option<Rc<C>>> {
+        self.requests.get(key).cloned()
+    }
 
-/// The prepared call, or `None` for the reference path (Note [cuDNN fallback]).
-pub(crate) fn prepared(
-    desc: &RnnDescriptor,
-    dtype: DType,
-    device: &CudaDevice,
-    request: Request,
-) -> Option<(Rc<Prepared>, Rc<RefCell<DeviceState>>)> {
-    if !super::enabled() {
-        return None;
-    }
-    let span = Span::start();
-    let timed = |span: Span, phase| {
-        if let Some(op) = request.op {
-            span.stop(op, phase)
-        }
-    };
-    super::cudnn_version().ok()?;
-    if (0..desc.batch_size).any(|b| desc.seq_length_of(b) == 0) {
-        return None;
-    }
-    let state = match device_state(device) {
-        Ok(state) => state,
-        Err(e) => {
-            log::warn!("burn-fused-rnn: cuDNN unavailable on {device:?} ({e}); using the reference implementation");
-            return None;
-        }
-    };
-    let settings = request.settings;
-    let key = Key {
-        spec: desc.spec,
-        dropout_bits: desc.dropout.probability.to_bits(),
-        dtype,
-        settings,
-        training: request.training && settings.algorithm == algorithm::RnnAlgorithm::Auto,
-        seq_length: desc.seq_length,
-        batch_size: desc.batch_size,
-        batch_first: desc.batch_first,
-        seq_lengths: desc.seq_lengths.clone(),
-    };
-    let exact = |p: Rc<Prepared>| match request.exact {
-        Some(algo) if p.net.algo != algo => None,
-        _ => Some(p),
-    };
-    let mut st = state.borrow_mut();
-    if let Some(found) = st.calls.get(&key) {
-        let found = found.clone().and_then(exact).map(|p| (p, state.clone()));
-        timed(span, Phase::Lookup);
-        return found;
-    }
-    // Warnings are logged once the state is released (a logger may do anything).
-    let mut warnings = Vec::new();
-    let built = match st.bind() {
-        Err(e) => {
-            warnings.push(format!("cuDNN unavailable on {device:?} ({e})"));
-            None
-        }
-        Ok(()) => {
-            let variable = desc.seq_lengths.is_some();
-            if let Some(chosen) = Algo::of(settings.algorithm) {
-                if let Some(why) =
-                    algorithm::refusal(chosen, &desc.spec, dtype, variable, Some(st.info))
-                {
-                    warnings.push(format!(
-                        "the {} algorithm does not run {:?} in {dtype:?} ({why})",
-                        chosen.public(),
-                        desc.spec
-                    ));
+    /// Chooses the call shape of a new request: the first of `candidates` that builds and
+    /// passes its probe for the request's pass, or `None`; remembered for the request.
+    /// Each refusal adds a warning.
+    pub(crate) fn choose<B>(
+        &mut self,
+        b: &mut B,
+        desc: &RnnDescriptor,
+        key: RequestKey,
+        candidates: &[Algo],
+        warnings: &mut Vec<String>,
+    ) -> Option<Rc<C>>
+    where
+        B: Build<Dropout = D, Network = N, Call = C>,
+    {
+        self.make_room();
+        let mut chosen = None;
+        for &algo in candidates {
+            let net = NetKey::of(desc, key.dtype, key.settings.tf32, algo);
+            match self.build(b, desc, net, Some(key.pass)) {
+                Ok(call) => {
+                    chosen = Some(call);
+                    break;
                 }
+                Err(reason) => warnings.push(format!(
+                    "cuDNN does not run {:?} in {:?} at T = {}, B = {} with the {} algorithm ({reason})",
+                    desc.spec,
+                    key.dtype,
+                    desc.seq_length,
+                    desc.batch_size,
+                    algo.public()
+                )),
             }
-            let candidates =
-                algorithm::candidates(settings, desc, dtype, request.training, st.info);
-            let mut built = None;
-            for algo in candidates {
-                match build_for(&mut st, desc, dtype, settings.tf32, algo) {
-                    Ok(p) => {
-                        built = Some(p);
-                        break;
-                    }
-                    Err(reason) => warnings.push(format!(
-                        "cuDNN does not run {:?} in {dtype:?} at T = {}, B = {} with the {} algorithm ({reason})",
-                        desc.spec,
-                        desc.seq_length,
-                        desc.batch_size,
-                        algo.public()
-                    )),
-                }
-            }
-            built
         }
-    };
-    if st.calls.len() >= CACHE_LIMIT {
-        st.calls.clear();
+        self.requests.insert(key, chosen.clone());
+        chosen
     }
-    st.calls.insert(key, built.clone());
-    drop(st);
-    timed(span, Phase::Build);
-    for warning in &warnings {
-        let next = if built.is_some() {
-            "using the standard algorithm"
-        } else {
-            "using the reference implementation"
+
+    /// The call shape a training forward of `desc` ran with `algo` and `tf32` (its
+    /// reserve's tag, Note [Reserve tag]), whatever algorithm it was asked for.
+    pub(crate) fn trained(
+        &self,
+        desc: &RnnDescriptor,
+        dtype: DType,
+        algo: Algo,
+        tf32: bool,
+    ) -> Option<Rc<C>> {
+        let key = CallKey {
+            net: NetKey::of(desc, dtype, tf32, algo),
+            shape: ShapeKey::of(desc),
         };
-        log::warn!("burn-fused-rnn: {warning}; {next}");
+        self.calls.get(&key).cloned()
     }
-    built.and_then(exact).map(|p| (p, state))
-}
 
-/// The network (cached) and call shape of one algorithm; a persistent algorithm's call
-/// shape is probed (Note [RNN algorithms]).
-fn build_for(
-    st: &mut DeviceState,
-    desc: &RnnDescriptor,
-    dtype: DType,
-    tf32: bool,
-    algo: Algo,
-) -> Result<Rc<Prepared>, String> {
-    let net_key = NetKey {
-        spec: desc.spec,
-        dropout_bits: desc.dropout.probability.to_bits(),
-        dtype,
-        tf32,
-        algo,
-        dynamic_batch: (algo == Algo::PersistDynamic).then_some(desc.batch_size),
-    };
-    let net = match st.networks.get(&net_key) {
-        Some(Some(net)) => net.clone(),
-        Some(None) => return Err("it failed before on this thread".into()),
-        None => {
-            let built = build_network(st, desc, &net_key);
-            if st.networks.len() >= CACHE_LIMIT {
-                // Call shapes hold their network: clear both, so that a network is never
-                // built twice (with a second dropout state) while one lives.
-                st.networks.clear();
-                st.calls.clear();
+    /// Builds exactly the network and call shape of [`Cache::trained`] again, without a
+    /// probe: for a backward whose forward's entry is gone.
+    pub(crate) fn rebuild<B>(
+        &mut self,
+        b: &mut B,
+        desc: &RnnDescriptor,
+        dtype: DType,
+        algo: Algo,
+        tf32: bool,
+    ) -> Result<Rc<C>, Error>
+    where
+        B: Build<Dropout = D, Network = N, Call = C>,
+    {
+        self.make_room();
+        self.build(b, desc, NetKey::of(desc, dtype, tf32, algo), None)
+    }
+
+    /// The call shape of `desc` on the network `net` (built or taken from the cache), and,
+    /// with `probe`, its check for that pass: a persistent call shape is probed itself, a
+    /// standard network once per pass at `T = B = 1`.
+    fn build<B>(
+        &mut self,
+        b: &mut B,
+        desc: &RnnDescriptor,
+        net: NetKey,
+        probe: Option<Pass>,
+    ) -> Result<Rc<C>, Error>
+    where
+        B: Build<Dropout = D, Network = N, Call = C>,
+    {
+        let network = self.network(b, desc, &net)?;
+        let persistent = net.algo.is_persistent();
+        if let (Some(pass), false) = (probe, persistent) {
+            self.probe_network(b, desc, &net, &network, pass)?;
+        }
+        let key = CallKey {
+            net,
+            shape: ShapeKey::of(desc),
+        };
+        let call = match self.calls.get(&key) {
+            Some(call) => call.clone(),
+            None => {
+                let call = Rc::new(b.call(&network, desc)?);
+                self.calls.insert(key, call.clone());
+                call
             }
-            st.networks.insert(net_key, built.as_ref().ok().cloned());
-            built?
+        };
+        if let (Some(pass), true) = (probe, persistent) {
+            b.probe(&call, desc, pass)?;
         }
-    };
-    let p = Rc::new(build_call(st, &net, desc)?);
-    if algo.is_persistent() {
-        probe(st, &p, desc, true)?;
-    }
-    Ok(p)
-}
-
-/// The network's descriptors and weight plan; a standard network is checked by one small
-/// training forward and backward ([`probe`] at `T = B = 1`).
-fn build_network(
-    st: &DeviceState,
-    desc: &RnnDescriptor,
-    key: &NetKey,
-) -> Result<Rc<Network>, String> {
-    let err = cudnn_err;
-    let (data_type, ..) =
-        descriptors::data_types(key.dtype, key.tf32).ok_or("unsupported dtype")?;
-    let elem = key.dtype.size();
-    let handle = st.handle.raw;
-
-    let dropout = DropoutDesc::new().map_err(err)?;
-    let mut states = None;
-    if desc.dropout.probability > 0.0 {
-        let mut size = 0usize;
-        // SAFETY: live handle, valid out pointer.
-        check("cudnnDropoutGetStatesSize", unsafe {
-            sys::cudnnDropoutGetStatesSize(handle, &mut size)
-        })
-        .map_err(err)?;
-        let buffer = st
-            .stream
-            .alloc_zeros::<u8>(size)
-            .map_err(|e| format!("dropout states: {e:?}"))?;
-        let (ptr, sync) = buffer.device_ptr(&st.stream);
-        // SAFETY: `ptr` points to `size` bytes of device memory kept alive in `Network`
-        // next to the descriptor; the call initializes the generator on the handle's stream,
-        // which is the buffer's.
-        check("cudnnSetDropoutDescriptor", unsafe {
-            sys::cudnnSetDropoutDescriptor(
-                dropout.0,
-                handle,
-                desc.dropout.probability as f32,
-                ptr as *mut c_void,
-                size,
-                desc.dropout.seed,
-            )
-        })
-        .map_err(err)?;
-        drop(sync);
-        states = Some(buffer);
-    } else {
-        // SAFETY: probability 0 needs no state buffer (null, size 0).
-        check("cudnnSetDropoutDescriptor", unsafe {
-            sys::cudnnSetDropoutDescriptor(dropout.0, handle, 0.0, ptr::null_mut(), 0, 0)
-        })
-        .map_err(err)?;
+        Ok(call)
     }
 
-    let rnn = descriptors::rnn_descriptor(&desc.spec, key.dtype, key.tf32, key.algo, &dropout)?;
-    if let Some(batch) = key.dynamic_batch {
-        let batch = descriptors::int(batch, "batch_size")?;
-        // SAFETY: live handle and descriptor (set above with PERSIST_DYNAMIC); cuDNN
-        // compiles the persistent kernel for this batch size into the descriptor.
-        check("cudnnBuildRNNDynamic", unsafe {
-            sys::cudnnBuildRNNDynamic(handle, rnn.0, batch)
-        })
-        .map_err(err)?;
+    fn network<B>(&mut self, b: &mut B, desc: &RnnDescriptor, key: &NetKey) -> Result<Rc<N>, Error>
+    where
+        B: Build<Dropout = D, Network = N, Call = C>,
+    {
+        match self.networks.get(key) {
+            Some(Some(network)) => return Ok(network.clone()),
+            Some(None) => return Err(Error::FailedBefore),
+            None => {}
+        }
+        let built = self
+            .dropout(b, desc, key.dropout_key())
+            .and_then(|dropout| b.network(key, desc, &dropout))
+            .map(Rc::new);
+        self.networks
+            .insert(key.clone(), built.as_ref().ok().cloned());
+        built
     }
 
-    let mut weight_space_bytes = 0usize;
-    // SAFETY: live handle and descriptor, valid out pointer.
-    check("cudnnGetRNNWeightSpaceSize", unsafe {
-        sys::cudnnGetRNNWeightSpaceSize(handle, rnn.0, &mut weight_space_bytes)
-    })
-    .map_err(err)?;
-    let plan = weight_plan(st, &rnn, &desc.spec, weight_space_bytes, elem)?;
-    let net = Rc::new(Network {
-        rnn,
-        _dropout: dropout,
-        _dropout_states: states,
-        dtype: key.dtype,
-        data_type,
-        weight_space_bytes,
-        plan,
-        algo: key.algo,
-        tf32: key.tf32,
-    });
-    if !key.algo.is_persistent() {
+    fn dropout<B>(&mut self, b: &mut B, desc: &RnnDescriptor, key: NetKey) -> Result<Rc<D>, Error>
+    where
+        B: Build<Dropout = D, Network = N, Call = C>,
+    {
+        if let Some(dropout) = self.dropouts.get(&key) {
+            return Ok(dropout.clone());
+        }
+        let dropout = Rc::new(b.dropout(desc)?);
+        self.dropouts.insert(key, dropout.clone());
+        Ok(dropout)
+    }
+
+    /// A standard network's check for `pass`: one call at `T = B = 1` on zeros, once per
+    /// network and pass (cuDNN refuses some networks, BF16 ones, only when it runs them).
+    fn probe_network<B>(
+        &mut self,
+        b: &mut B,
+        desc: &RnnDescriptor,
+        key: &NetKey,
+        network: &Rc<N>,
+        pass: Pass,
+    ) -> Result<(), Error>
+    where
+        B: Build<Dropout = D, Network = N, Call = C>,
+    {
+        let probe_key = (key.clone(), pass);
+        if let Some(result) = self.network_probes.get(&probe_key) {
+            return result.clone();
+        }
         let tiny = RnnDescriptor::new(desc.spec, 1, 1, false, None, desc.dropout);
-        let p = build_call(st, &net, &tiny)?;
-        probe(st, &p, &tiny, false)?;
+        let result = b
+            .call(network, &tiny)
+            .and_then(|call| b.probe(&call, &tiny, pass));
+        self.network_probes.insert(probe_key, result.clone());
+        result
     }
-    Ok(net)
-}
 
-/// The data descriptors, device lengths and temporary sizes of one call shape.
-fn build_call(
-    st: &DeviceState,
-    net: &Rc<Network>,
-    desc: &RnnDescriptor,
-) -> Result<Prepared, String> {
-    let err = cudnn_err;
-    let io = descriptors::call_descriptors(desc, net.data_type)?;
-    let (mut work_inference, mut work_training, mut reserve_bytes, mut unused) = (0, 0, 0, 0);
-    // SAFETY: live handle and descriptors, valid out pointers.
-    check("cudnnGetRNNTempSpaceSizes", unsafe {
-        sys::cudnnGetRNNTempSpaceSizes(
-            st.handle.raw,
-            net.rnn.0,
-            sys::cudnnForwardMode_t::CUDNN_FWD_MODE_INFERENCE,
-            io.x.0,
-            &mut work_inference,
-            &mut unused,
-        )
-    })
-    .map_err(err)?;
-    // SAFETY: as above.
-    check("cudnnGetRNNTempSpaceSizes", unsafe {
-        sys::cudnnGetRNNTempSpaceSizes(
-            st.handle.raw,
-            net.rnn.0,
-            sys::cudnnForwardMode_t::CUDNN_FWD_MODE_TRAINING,
-            io.x.0,
-            &mut work_training,
-            &mut reserve_bytes,
-        )
-    })
-    .map_err(err)?;
-    let dev_lengths = st
-        .stream
-        .clone_htod(&io.seq_lengths)
-        .map_err(|e| format!("sequence lengths: {e:?}"))?;
-    Ok(Prepared {
-        net: net.clone(),
-        io,
-        dev_lengths,
-        work_inference,
-        work_training,
-        reserve_bytes,
-    })
-}
-
-/// Runs the training forward, backward data and backward weights (and, with `inference`,
-/// the inference forward first) of a call shape on zeros: cuDNN may refuse a network,
-/// dtype or shape (BF16 on some versions and GPUs; a persistent kernel's size limits) only
-/// when it executes, and a refusal found here means another algorithm or the reference
-/// path instead of a panic in the middle of a user's step.
-fn probe(
-    st: &DeviceState,
-    p: &Prepared,
-    desc: &RnnDescriptor,
-    inference: bool,
-) -> Result<(), String> {
-    let net = &p.net;
-    let elem = net.dtype.size();
-    let bytes = |shape: [usize; 3]| shape.iter().product::<usize>() * elem;
-    let alloc = |bytes: usize| {
-        st.stream
-            .alloc_zeros::<u8>(bytes.max(1))
-            .map_err(|e| format!("probe buffer: {e:?}"))
-    };
-    // A value and its gradient.
-    let pair = |bytes: usize| -> Result<_, String> { Ok((alloc(bytes)?, alloc(bytes)?)) };
-    let (x, dx) = pair(bytes(desc.input_shape()))?;
-    let (y, dy) = pair(bytes(desc.output_shape()))?;
-    let (hy, dhx) = pair(bytes(desc.hidden_shape()))?;
-    let (cy, dcx) = pair(bytes(desc.cell_shape()))?;
-    let (w, dw) = pair(net.weight_space_bytes)?;
-    let work = alloc(p.work_training.max(p.work_inference))?;
-    let reserve = alloc(p.reserve_bytes)?;
-    let lstm = desc.spec.mode.has_cell_state();
-    let ptr = |s: &CudaSlice<u8>| s.device_ptr(&st.stream).0 as *mut c_void;
-    let b = Buffers {
-        lengths: p.dev_lengths.device_ptr(&st.stream).0 as *const c_int,
-        x: ptr(&x),
-        y: ptr(&y),
-        hy: ptr(&hy),
-        cy: if lstm { ptr(&cy) } else { ptr::null_mut() },
-        w: ptr(&w),
-        work: ptr(&work),
-        reserve: ptr(&reserve),
-        dx: ptr(&dx),
-        dy: ptr(&dy),
-        dhx: ptr(&dhx),
-        dcx: if lstm { ptr(&dcx) } else { ptr::null_mut() },
-        dw: ptr(&dw),
-        ..Buffers::null()
-    };
-    let handle = st.handle.raw;
-    // Stops at the first refusal; the stream is synchronized before the buffers drop, also
-    // when a call fails.
-    let run = || -> Result<(), CudnnError> {
-        // SAFETY (the four calls): every buffer of `b` is a live cudarc allocation on the
-        // handle's stream (the lengths: `p.dev_lengths`), sized from the descriptors of `p`
-        // and the network's sizes (the workspace for both modes), and dropped only after
-        // the stream is synchronized below; `hx`, `cx`, `dhy` and `dcy` are null (zeros);
-        // `bind` made the context current (`prepared`). They run in order on one stream,
-        // and `dw` starts at zero.
-        if inference {
-            check("cudnnRNNForward", unsafe {
-                calls::run_forward(handle, p, &b, false)
-            })?;
+    /// Forgets everything built once a map is full. Requests and call shapes go together
+    /// (a request's call shape must stay where its backward looks for it); networks go with
+    /// everything that holds them, so that a network is never built twice (with a second
+    /// dropout state) while one lives.
+    fn make_room(&mut self) {
+        if self.requests.len() >= CACHE_LIMIT || self.calls.len() >= CACHE_LIMIT {
+            self.requests.clear();
+            self.calls.clear();
         }
-        // SAFETY: as above.
-        check("cudnnRNNForward", unsafe {
-            calls::run_forward(handle, p, &b, true)
-        })?;
-        // SAFETY: as above.
-        check("cudnnRNNBackwardData_v8", unsafe {
-            calls::run_backward_data(handle, p, &b)
-        })?;
-        // SAFETY: as above.
-        check("cudnnRNNBackwardWeights_v8", unsafe {
-            calls::run_backward_weights(handle, p, &b)
-        })
-    };
-    let ran = run();
-    let synced = super::protocol::sync_stream(st);
-    ran.map_err(cudnn_err)?;
-    synced.map_err(|e| format!("probe: CUDA stream synchronize failed: {e:?}"))
-}
-
-/// Reads cuDNN's weight-space layout and plans the canonical ↔ cuDNN mapping (Note
-/// [Weight space verification]).
-fn weight_plan(
-    st: &DeviceState,
-    rnn: &RnnDesc,
-    spec: &RnnSpec,
-    space_bytes: usize,
-    elem: usize,
-) -> Result<WeightPlan, String> {
-    let err = cudnn_err;
-    if space_bytes % elem != 0 {
-        return Err(format!(
-            "weight space of {space_bytes} bytes is not whole elements"
-        ));
-    }
-    // cudnnGetRNNWeightParams returns addresses inside a weight space: give it a real one.
-    let space = st
-        .stream
-        .alloc_zeros::<u8>(space_bytes.max(1))
-        .map_err(|e| format!("weight space probe: {e:?}"))?;
-    let (base, _sync) = space.device_ptr(&st.stream);
-    let m_desc = TensorDesc::new().map_err(err)?;
-    let b_desc = TensorDesc::new().map_err(err)?;
-    let mut slots = Vec::new();
-    for pseudo in 0..spec.num_pseudo_layers() {
-        for (lin_id, ..) in weights::lin_ids(spec.mode, spec.proj_size.is_some()) {
-            let (mut m_addr, mut b_addr): (*mut c_void, *mut c_void) =
-                (ptr::null_mut(), ptr::null_mut());
-            // SAFETY: live handle and descriptors; `base` is a device buffer of
-            // `space_bytes`; cuDNN only computes addresses inside it and fills the two
-            // tensor descriptors.
-            check("cudnnGetRNNWeightParams", unsafe {
-                sys::cudnnGetRNNWeightParams(
-                    st.handle.raw,
-                    rnn.0,
-                    pseudo as c_int,
-                    space_bytes,
-                    base as *const c_void,
-                    lin_id as c_int,
-                    m_desc.0,
-                    &mut m_addr,
-                    b_desc.0,
-                    &mut b_addr,
-                )
-            })
-            .map_err(err)?;
-            let slot =
-                |addr: *mut c_void, desc: &TensorDesc| -> Result<Option<(usize, usize)>, String> {
-                    if addr.is_null() {
-                        return Ok(None);
-                    }
-                    let offset = (addr as u64)
-                        .checked_sub(base)
-                        .ok_or("cuDNN reported an address before its weight space")?
-                        as usize;
-                    if offset % elem != 0 {
-                        return Err(format!(
-                            "cuDNN reported a weight at byte {offset}, not a whole element"
-                        ));
-                    }
-                    Ok(Some((
-                        offset / elem,
-                        descriptors::tensor_len(desc).map_err(err)?,
-                    )))
-                };
-            slots.push(WeightSlot {
-                pseudo_layer: pseudo,
-                lin_id,
-                matrix: slot(m_addr, &m_desc)?,
-                bias: slot(b_addr, &b_desc)?,
-            });
+        if self.networks.len() >= CACHE_LIMIT || self.dropouts.len() >= CACHE_LIMIT {
+            self.requests.clear();
+            self.calls.clear();
+            self.networks.clear();
+            self.network_probes.clear();
+            self.dropouts.clear();
         }
     }
-    weights::plan(&RnnLayout::new(*spec), &slots, space_bytes / elem)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{FusedRnnConfig, RnnMode};
+    use crate::cudnn::algorithm::{self, DeviceInfo, RnnAlgorithm};
+    use crate::cudnn::ffi::CudnnError;
+    use crate::descriptor::DropoutSpec;
+    use cudarc::cudnn::sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED;
+    use std::collections::HashSet;
+
+    const H100: DeviceInfo = DeviceInfo {
+        major: 9,
+        minor: 0,
+        sms: 132,
+    };
+
+    /// Builds labelled stand-ins and records every build and probe.
+    #[derive(Default)]
+    struct Fake {
+        log: Vec<String>,
+        /// Probes that fail: (algorithm, pass).
+        refuse: HashSet<(Algo, Pass)>,
+        dropouts: usize,
+    }
+
+    /// A fake network: its key and the id of its dropout state.
+    struct FakeNet(NetKey, usize);
+
+    impl Build for Fake {
+        type Dropout = usize;
+        type Network = FakeNet;
+        type Call = (NetKey, usize);
+
+        fn dropout(&mut self, _: &RnnDescriptor) -> Result<usize, Error> {
+            self.dropouts += 1;
+            self.log.push(format!("dropout {}", self.dropouts));
+            Ok(self.dropouts)
+        }
+
+        fn network(
+            &mut self,
+            key: &NetKey,
+            _: &RnnDescriptor,
+            dropout: &Rc<usize>,
+        ) -> Result<FakeNet, Error> {
+            self.log.push(format!("network {}", key.algo.public()));
+            Ok(FakeNet(key.clone(), **dropout))
+        }
+
+        fn call(&mut self, net: &Rc<FakeNet>, d: &RnnDescriptor) -> Result<(NetKey, usize), Error> {
+            self.log
+                .push(format!("call {} B{}", net.0.algo.public(), d.batch_size));
+            Ok((net.0.clone(), d.batch_size))
+        }
+
+        fn probe(
+            &mut self,
+            call: &(NetKey, usize),
+            _: &RnnDescriptor,
+            pass: Pass,
+        ) -> Result<(), Error> {
+            let algo = call.0.algo;
+            self.log
+                .push(format!("probe {} {pass:?} B{}", algo.public(), call.1));
+            if self.refuse.contains(&(algo, pass)) {
+                return Err(Error::Cudnn {
+                    error: CudnnError {
+                        call: "cudnnRNNForward",
+                        status: CUDNN_STATUS_NOT_SUPPORTED,
+                    },
+                    text: "the fake refuses".into(),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    type FakeCache = Cache<usize, FakeNet, (NetKey, usize)>;
+
+    fn desc(mode: RnnMode, h: usize, b: usize) -> RnnDescriptor {
+        let spec = FusedRnnConfig::new(mode, h, h).with_num_layers(2).spec();
+        RnnDescriptor::new(spec, 10, b, true, None, DropoutSpec::NONE)
+    }
+
+    /// A forward request as `prepared` makes it, with the real candidate list.
+    fn forward(
+        cache: &mut FakeCache,
+        b: &mut Fake,
+        d: &RnnDescriptor,
+        dtype: DType,
+        settings: Settings,
+        pass: Pass,
+    ) -> Option<Rc<(NetKey, usize)>> {
+        let key = RequestKey::of(d, dtype, settings, pass);
+        if let Some(found) = cache.request(&key) {
+            return found;
+        }
+        let candidates = algorithm::candidates(settings, d, dtype, pass, H100);
+        cache.choose(b, d, key, &candidates, &mut Vec::new())
+    }
+
+    fn settings(algorithm: RnnAlgorithm, tf32: bool) -> Settings {
+        Settings { algorithm, tf32 }
+    }
+
+    #[test]
+    fn a_backward_finds_its_forwards_call_shape_for_every_algorithm_without_building() {
+        // (setting, shape and dtype, the algorithm the training forward runs): `Auto`
+        // picks small-H for LSTM H = 128 and persist-static for an F16 layer of 256.
+        let small = desc(RnnMode::Lstm, 128, 8);
+        let f16 = {
+            let spec = FusedRnnConfig::new(RnnMode::Lstm, 256, 256).spec();
+            RnnDescriptor::new(spec, 10, 8, true, None, DropoutSpec::NONE)
+        };
+        let cases = [
+            (RnnAlgorithm::Standard, &small, DType::F32, Algo::Standard),
+            (
+                RnnAlgorithm::PersistStatic,
+                &small,
+                DType::F32,
+                Algo::PersistStatic,
+            ),
+            (
+                RnnAlgorithm::PersistStaticSmallH,
+                &small,
+                DType::F32,
+                Algo::PersistStaticSmallH,
+            ),
+            (
+                RnnAlgorithm::PersistDynamic,
+                &small,
+                DType::F32,
+                Algo::PersistDynamic,
+            ),
+            (
+                RnnAlgorithm::Auto,
+                &small,
+                DType::F32,
+                Algo::PersistStaticSmallH,
+            ),
+            (RnnAlgorithm::Auto, &f16, DType::F16, Algo::PersistStatic),
+        ];
+        for (algorithm, d, dtype, runs) in cases {
+            for tf32 in [false, true] {
+                let what = format!("{algorithm} tf32={tf32} {dtype:?}");
+                let (mut cache, mut b) = (FakeCache::default(), Fake::default());
+                let s = settings(algorithm, tf32);
+                let forward = forward(&mut cache, &mut b, d, dtype, s, Pass::Training)
+                    .unwrap_or_else(|| panic!("{what}: the forward found no call shape"));
+                assert_eq!((forward.0.algo, forward.0.tf32), (runs, tf32), "{what}");
+                // The forward probed the training pass only.
+                assert!(
+                    b.log.iter().any(|l| l.contains("Training")),
+                    "{what}: {:?}",
+                    b.log
+                );
+                assert!(
+                    !b.log.iter().any(|l| l.contains("Inference")),
+                    "{what}: {:?}",
+                    b.log
+                );
+                b.log.clear();
+                let backward = cache
+                    .trained(d, dtype, runs, tf32)
+                    .unwrap_or_else(|| panic!("{what}: the backward missed its forward's entry"));
+                assert!(
+                    Rc::ptr_eq(&forward, &backward),
+                    "{what}: another call shape"
+                );
+                assert!(
+                    b.log.is_empty(),
+                    "{what}: the backward built or probed: {:?}",
+                    b.log
+                );
+                // The other math mode is another network: not this entry.
+                assert!(cache.trained(d, dtype, runs, !tf32).is_none(), "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_probe_in_the_forward_gives_a_standard_backward() {
+        let d = desc(RnnMode::Gru, 64, 4);
+        let (mut cache, mut b) = (FakeCache::default(), Fake::default());
+        b.refuse.insert((Algo::PersistStaticSmallH, Pass::Training));
+        let s = settings(RnnAlgorithm::Auto, false);
+        let forward = forward(&mut cache, &mut b, &d, DType::F32, s, Pass::Training).unwrap();
+        assert_eq!(forward.0.algo, Algo::Standard);
+        assert_eq!(
+            b.log,
+            [
+                "dropout 1",
+                "network persist_static_small_h",
+                "call persist_static_small_h B4",
+                "probe persist_static_small_h Training B4",
+                "dropout 2",
+                "network standard",
+                "call standard B1",
+                "probe standard Training B1",
+                "call standard B4",
+            ]
+        );
+        b.log.clear();
+        let backward = cache
+            .trained(&d, DType::F32, Algo::Standard, false)
+            .unwrap();
+        assert!(Rc::ptr_eq(&forward, &backward));
+        assert!(b.log.is_empty(), "{:?}", b.log);
+        // The same request again: remembered, nothing built or probed.
+        let again = self::forward(&mut cache, &mut b, &d, DType::F32, s, Pass::Training).unwrap();
+        assert!(Rc::ptr_eq(&forward, &again));
+        assert!(b.log.is_empty(), "{:?}", b.log);
+    }
+
+    #[test]
+    fn after_a_clear_the_backward_rebuilds_exactly_the_tagged_network_without_a_probe() {
+        let d = desc(RnnMode::Lstm, 64, 8);
+        for algo in [
+            Algo::Standard,
+            Algo::PersistStatic,
+            Algo::PersistStaticSmallH,
+            Algo::PersistDynamic,
+        ] {
+            let (mut cache, mut b) = (FakeCache::default(), Fake::default());
+            assert!(cache.trained(&d, DType::F32, algo, true).is_none());
+            let call = cache.rebuild(&mut b, &d, DType::F32, algo, true).unwrap();
+            assert_eq!((call.0.algo, call.0.tf32, call.1), (algo, true, 8));
+            let name = algo.public();
+            assert_eq!(
+                b.log,
+                [
+                    "dropout 1".to_string(),
+                    format!("network {name}"),
+                    format!("call {name} B8")
+                ]
+            );
+            let found = cache.trained(&d, DType::F32, algo, true).unwrap();
+            assert!(Rc::ptr_eq(&call, &found));
+        }
+    }
+
+    #[test]
+    fn an_inference_request_probes_only_the_inference_forward() {
+        // LSTM H = 192: small-H runs its forward (Auto picks it for inference) but not its
+        // backward (Auto does not pick it for training).
+        let d = desc(RnnMode::Lstm, 192, 8);
+        let (mut cache, mut b) = (FakeCache::default(), Fake::default());
+        b.refuse.insert((Algo::PersistStaticSmallH, Pass::Training));
+        let auto = settings(RnnAlgorithm::Auto, false);
+        let inference = forward(&mut cache, &mut b, &d, DType::F32, auto, Pass::Inference).unwrap();
+        assert_eq!(inference.0.algo, Algo::PersistStaticSmallH);
+        assert_eq!(
+            b.log,
+            [
+                "dropout 1",
+                "network persist_static_small_h",
+                "call persist_static_small_h B8",
+                "probe persist_static_small_h Inference B8",
+            ]
+        );
+        b.log.clear();
+        let training = forward(&mut cache, &mut b, &d, DType::F32, auto, Pass::Training).unwrap();
+        assert_eq!(training.0.algo, Algo::Standard);
+        assert!(!b.log.iter().any(|l| l.contains("small_h")), "{:?}", b.log);
+        // The explicit choice is probed for training too, refused there, and the standard
+        // network (already checked for training) takes over without a second build.
+        b.log.clear();
+        let explicit = settings(RnnAlgorithm::PersistStaticSmallH, false);
+        let chosen = forward(&mut cache, &mut b, &d, DType::F32, explicit, Pass::Training).unwrap();
+        assert!(Rc::ptr_eq(&chosen, &training));
+        assert_eq!(b.log, ["probe persist_static_small_h Training B8"]);
+        // A standard network is probed once per pass, at T = B = 1.
+        let standard = settings(RnnAlgorithm::Standard, false);
+        let d2 = desc(RnnMode::Gru, 32, 3);
+        b.log.clear();
+        forward(
+            &mut cache,
+            &mut b,
+            &d2,
+            DType::F32,
+            standard,
+            Pass::Inference,
+        )
+        .unwrap();
+        forward(
+            &mut cache,
+            &mut b,
+            &d2,
+            DType::F32,
+            standard,
+            Pass::Training,
+        )
+        .unwrap();
+        assert_eq!(
+            b.log,
+            [
+                "dropout 3",
+                "network standard",
+                "call standard B1",
+                "probe standard Inference B1",
+                "call standard B3",
+                "call standard B1",
+                "probe standard Training B1",
+            ]
+        );
+    }
+
+    #[test]
+    fn persist_dynamic_networks_of_every_batch_size_share_one_dropout_state() {
+        let (mut cache, mut b) = (FakeCache::default(), Fake::default());
+        let net_dropout = |call: &Rc<(NetKey, usize)>, cache: &FakeCache| {
+            let net = cache.networks[&call.0].clone().unwrap();
+            net.1
+        };
+        let mut dropout_of = |algorithm, batch| {
+            let d = desc(RnnMode::Lstm, 64, batch);
+            let s = settings(algorithm, false);
+            let call = forward(&mut cache, &mut b, &d, DType::F32, s, Pass::Training).unwrap();
+            (call.0.dynamic_batch, net_dropout(&call, &cache))
+        };
+        let (dynamic8, dynamic4) = (
+            dropout_of(RnnAlgorithm::PersistDynamic, 8),
+            dropout_of(RnnAlgorithm::PersistDynamic, 4),
+        );
+        assert_eq!(
+            (dynamic8.0, dynamic4.0),
+            (Some(8), Some(4)),
+            "one network per batch size"
+        );
+        assert_eq!(dynamic8.1, dynamic4.1, "one dropout state for both");
+        // Every other network has its own, for every batch size.
+        let (standard8, standard4) = (
+            dropout_of(RnnAlgorithm::Standard, 8),
+            dropout_of(RnnAlgorithm::Standard, 4),
+        );
+        assert_eq!(
+            standard8.1, standard4.1,
+            "one standard network for both batch sizes"
+        );
+        assert_ne!(standard8.1, dynamic8.1);
+        assert_ne!(dropout_of(RnnAlgorithm::PersistStatic, 8).1, standard8.1);
+    }
+
+    #[test]
+    fn a_full_cache_is_cleared_and_rebuilt() {
+        let (mut cache, mut b) = (FakeCache::default(), Fake::default());
+        let s = settings(RnnAlgorithm::Standard, false);
+        let first = forward(
+            &mut cache,
+            &mut b,
+            &desc(RnnMode::Gru, 8, 1),
+            DType::F32,
+            s,
+            Pass::Inference,
+        )
+        .unwrap();
+        for batch in 2..=CACHE_LIMIT {
+            forward(
+                &mut cache,
+                &mut b,
+                &desc(RnnMode::Gru, 8, batch),
+                DType::F32,
+                s,
+                Pass::Inference,
+            )
+            .unwrap();
+        }
+        assert!(cache
+            .trained(&desc(RnnMode::Gru, 8, 1), DType::F32, Algo::Standard, false)
+            .is_some());
+        assert_eq!(cache.requests.len(), CACHE_LIMIT);
+        // The next request clears requests and call shapes, not the network.
+        b.log.clear();
+        forward(
+            &mut cache,
+            &mut b,
+            &desc(RnnMode::Gru, 8, 999),
+            DType::F32,
+            s,
+            Pass::Inference,
+        )
+        .unwrap();
+        assert_eq!(b.log, ["call standard B999"]);
+        assert_eq!(cache.requests.len(), 1);
+        assert!(cache
+            .trained(&desc(RnnMode::Gru, 8, 1), DType::F32, Algo::Standard, false)
+            .is_none());
+        drop(first);
+    }
 }

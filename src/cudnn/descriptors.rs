@@ -1,5 +1,10 @@
 //! cuDNN's descriptors of a network and of a call shape: host-only calls (no handle, no
 //! device memory), so cuDNN's acceptance of them is testable without a GPU.
+//!
+//! # Precision
+//!
+//! F32 uses FMA math (no TF32) unless `set_tf32` switches TF32 on; F16 and BF16 store in
+//! half precision and compute in F32 (`mathPrec = FLOAT`, tensor-op math); F64 is F64.
 
 use std::ffi::c_int;
 
@@ -7,7 +12,7 @@ use burn::tensor::DType;
 use cudarc::cudnn::sys;
 
 use super::algorithm::Algo;
-use super::ffi::{self, check, CudnnError, DropoutDesc, RnnDataDesc, RnnDesc, TensorDesc};
+use super::ffi::{self, int, CudnnError, DropoutDesc, Error, RnnDataDesc, RnnDesc, TensorDesc};
 use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
 
@@ -37,16 +42,6 @@ pub(crate) fn data_types(
     })
 }
 
-/// A size as cuDNN's `int`.
-pub(crate) fn int(value: usize, what: &str) -> Result<c_int, String> {
-    c_int::try_from(value).map_err(|_| format!("{what} = {value} does not fit cuDNN's int"))
-}
-
-/// A cuDNN error with cuDNN's own text.
-pub(crate) fn cudnn_err(e: CudnnError) -> String {
-    format!("{e} ({})", ffi::status_text(e.status))
-}
-
 /// The RNN descriptor of a network run by `algo`.
 pub(crate) fn rnn_descriptor(
     spec: &RnnSpec,
@@ -54,62 +49,46 @@ pub(crate) fn rnn_descriptor(
     tf32: bool,
     algo: Algo,
     dropout: &DropoutDesc,
-) -> Result<RnnDesc, String> {
+) -> Result<RnnDesc, Error> {
     use sys::cudnnDirectionMode_t::*;
     use sys::cudnnRNNBiasMode_t::*;
     use sys::cudnnRNNInputMode_t::*;
     use sys::cudnnRNNMode_t::*;
-    let err = cudnn_err;
-    let (data_type, math_prec, math_type) = data_types(dtype, tf32).ok_or("unsupported dtype")?;
-    let rnn = RnnDesc::new().map_err(err)?;
-    let cell = match spec.mode {
-        RnnMode::Lstm => CUDNN_LSTM,
-        RnnMode::Gru => CUDNN_GRU,
-        RnnMode::RnnTanh => CUDNN_RNN_TANH,
-        RnnMode::RnnRelu => CUDNN_RNN_RELU,
+    let (data_type, math_prec, math_type) = data_types(dtype, tf32).ok_or(Error::Dtype(dtype))?;
+    let rnn = RnnDesc::new()?;
+    let params = ffi::RnnParams {
+        algo: algo.raw(),
+        cell: match spec.mode {
+            RnnMode::Lstm => CUDNN_LSTM,
+            RnnMode::Gru => CUDNN_GRU,
+            RnnMode::RnnTanh => CUDNN_RNN_TANH,
+            RnnMode::RnnRelu => CUDNN_RNN_RELU,
+        },
+        bias: if spec.bias {
+            CUDNN_RNN_DOUBLE_BIAS
+        } else {
+            CUDNN_RNN_NO_BIAS
+        },
+        direction: if spec.bidirectional {
+            CUDNN_BIDIRECTIONAL
+        } else {
+            CUDNN_UNIDIRECTIONAL
+        },
+        input_mode: if spec.skip_input {
+            CUDNN_SKIP_INPUT
+        } else {
+            CUDNN_LINEAR_INPUT
+        },
+        data_type,
+        math_prec,
+        math_type,
+        input_size: int(spec.d_input, "d_input")?,
+        hidden_size: int(spec.d_hidden, "d_hidden")?,
+        proj_size: int(spec.d_state(), "P")?,
+        num_layers: int(spec.num_layers, "num_layers")?,
+        aux_flags: PADDED_IO_ENABLED,
     };
-    let input_mode = if spec.skip_input {
-        CUDNN_SKIP_INPUT
-    } else {
-        CUDNN_LINEAR_INPUT
-    };
-    let (d_input, d_hidden) = (
-        int(spec.d_input, "d_input")?,
-        int(spec.d_hidden, "d_hidden")?,
-    );
-    let (d_state, layers) = (
-        int(spec.d_state(), "P")?,
-        int(spec.num_layers, "num_layers")?,
-    );
-    // SAFETY: all descriptors are live; the values are checked by cuDNN.
-    check("cudnnSetRNNDescriptor_v8", unsafe {
-        sys::cudnnSetRNNDescriptor_v8(
-            rnn.0,
-            algo.raw(),
-            cell,
-            if spec.bias {
-                CUDNN_RNN_DOUBLE_BIAS
-            } else {
-                CUDNN_RNN_NO_BIAS
-            },
-            if spec.bidirectional {
-                CUDNN_BIDIRECTIONAL
-            } else {
-                CUDNN_UNIDIRECTIONAL
-            },
-            input_mode,
-            data_type,
-            math_prec,
-            math_type,
-            d_input,
-            d_hidden,
-            d_state,
-            layers,
-            dropout.0,
-            PADDED_IO_ENABLED,
-        )
-    })
-    .map_err(err)?;
+    ffi::set_rnn_descriptor(&rnn, &params, dropout)?;
     Ok(rnn)
 }
 
@@ -128,13 +107,12 @@ pub(crate) struct CallDescriptors {
 pub(crate) fn call_descriptors(
     desc: &RnnDescriptor,
     data_type: sys::cudnnDataType_t,
-) -> Result<CallDescriptors, String> {
+) -> Result<CallDescriptors, Error> {
     use sys::cudnnRNNDataLayout_t::*;
-    let err = cudnn_err;
     let spec = &desc.spec;
     let seq_lengths = (0..desc.batch_size)
         .map(|b| int(desc.seq_length_of(b), "a sequence length"))
-        .collect::<Result<Vec<c_int>, String>>()?;
+        .collect::<Result<Vec<c_int>, Error>>()?;
     let layout = if desc.batch_first {
         CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED
     } else {
@@ -142,8 +120,8 @@ pub(crate) fn call_descriptors(
     };
     let seq_length = int(desc.seq_length, "seq_length")?;
     let mut zero = [0u8; 8];
-    let mut data = |vector_size: usize, what: &str| -> Result<RnnDataDesc, String> {
-        let d = RnnDataDesc::new().map_err(err)?;
+    let mut data = |vector_size: usize, what: &'static str| -> Result<RnnDataDesc, Error> {
+        let d = RnnDataDesc::new()?;
         let vector_size = int(vector_size, what)?;
         ffi::set_rnn_data(
             &d,
@@ -153,13 +131,12 @@ pub(crate) fn call_descriptors(
             &seq_lengths,
             vector_size,
             &mut zero,
-        )
-        .map_err(err)?;
+        )?;
         Ok(d)
     };
     let x = data(spec.d_input, "d_input")?;
     let y = data(spec.output_size(), "D*P")?;
-    let state_desc = |shape: [usize; 3]| -> Result<TensorDesc, String> {
+    let state_desc = |shape: [usize; 3]| -> Result<TensorDesc, Error> {
         let [a, b, c] = shape;
         let dims = [
             int(a, "L*D")?,
@@ -167,8 +144,8 @@ pub(crate) fn call_descriptors(
             int(c, "the state size")?,
         ];
         let strides = [int(b * c, "a state stride")?, dims[2], 1];
-        let t = TensorDesc::new().map_err(err)?;
-        ffi::set_tensor_3d(&t, data_type, dims, strides).map_err(err)?;
+        let t = TensorDesc::new()?;
+        ffi::set_tensor_3d(&t, data_type, dims, strides)?;
         Ok(t)
     };
     let h = state_desc(desc.hidden_shape())?;
@@ -184,28 +161,11 @@ pub(crate) fn call_descriptors(
 
 /// Elements of a tensor descriptor cuDNN filled (0 for a descriptor with no dims).
 pub(crate) fn tensor_len(desc: &TensorDesc) -> Result<usize, CudnnError> {
-    let mut dtype = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
-    let mut nb: c_int = 0;
-    let mut dims = [0 as c_int; 8];
-    let mut strides = [0 as c_int; 8];
-    // SAFETY: live descriptor; the arrays hold the 8 dims requested.
-    check("cudnnGetTensorNdDescriptor", unsafe {
-        sys::cudnnGetTensorNdDescriptor(
-            desc.0,
-            8,
-            &mut dtype,
-            &mut nb,
-            dims.as_mut_ptr(),
-            strides.as_mut_ptr(),
-        )
-    })?;
-    if nb <= 0 {
+    let dims = ffi::tensor_dims(desc)?;
+    if dims.is_empty() {
         return Ok(0);
     }
-    Ok(dims[..nb.min(8) as usize]
-        .iter()
-        .map(|&d| d.max(0) as usize)
-        .product())
+    Ok(dims.iter().map(|&d| d.max(0) as usize).product())
 }
 
 #[cfg(test)]
@@ -258,11 +218,21 @@ mod tests {
                     // Lengths are a property of the call, not of the RNN descriptor.
                     let predicted = refusal(algo, &desc.spec, dtype, false, None);
                     let got = rnn_descriptor(&desc.spec, dtype, tf32, algo, &dropout);
+                    let not_supported = |e: &Error| {
+                        matches!(
+                            e,
+                            Error::Cudnn {
+                                error: CudnnError {
+                                    call: "cudnnSetRNNDescriptor_v8",
+                                    status: sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED,
+                                },
+                                ..
+                            }
+                        )
+                    };
                     match (predicted, got) {
                         (None, Ok(_)) => persistent_accepted += 1,
-                        (Some(_), Err(e)) if e.contains("CUDNN_STATUS_NOT_SUPPORTED") => {
-                            persistent_refused += 1
-                        }
+                        (Some(_), Err(e)) if not_supported(&e) => persistent_refused += 1,
                         (predicted, got) => panic!(
                             "{name} with {algorithm}: expected {}, got {}",
                             predicted.map_or("acceptance".into(), |r| format!("a refusal ({r})")),
@@ -281,8 +251,16 @@ mod tests {
         wide.proj_size = Some(5);
         let err = rnn_descriptor(&wide, DType::F32, false, Algo::Standard, &dropout).err();
         assert!(
-            err.as_deref()
-                .is_some_and(|e| e.starts_with("cudnnSetRNNDescriptor_v8 returned")),
+            matches!(
+                err,
+                Some(Error::Cudnn {
+                    error: CudnnError {
+                        call: "cudnnSetRNNDescriptor_v8",
+                        ..
+                    },
+                    ..
+                })
+            ),
             "expected cuDNN to refuse a projection wider than the hidden size, got {err:?}"
         );
     }

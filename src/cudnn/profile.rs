@@ -75,7 +75,7 @@ pub enum Phase {
     /// `into_contiguous` of the inputs and the weight space (host time; their kernels run
     /// on cubecl's stream and are waited for in [`Phase::CubeclSync`]).
     Contiguous,
-    /// Outputs, reserve and (when it grows) workspace.
+    /// Outputs, workspace and reserve.
     Alloc,
     /// Device pointers of every buffer (`client.get_resource`).
     Pointers,
@@ -305,6 +305,38 @@ impl Span {
     /// Records the time since the start (or the last lap).
     pub(crate) fn stop(mut self, op: Op, phase: Phase) {
         self.lap(op, phase);
+    }
+
+    /// [`Span::stop`] when there is an op to count it under.
+    pub(crate) fn stop_for(self, op: Option<Op>, phase: Phase) {
+        if let Some(op) = op {
+            self.stop(op, phase);
+        }
+    }
+}
+
+/// The consecutive host phases of one op: each [`Laps::lap`] records the time since the
+/// previous one under the op (free when timing is off).
+#[derive(Debug)]
+pub(crate) struct Laps {
+    op: Op,
+    span: Span,
+}
+
+impl Laps {
+    pub(crate) fn start(op: Op) -> Self {
+        Self {
+            op,
+            span: Span::start(),
+        }
+    }
+
+    pub(crate) fn lap(&mut self, phase: Phase) {
+        self.span.lap(self.op, phase);
+    }
+
+    pub(crate) fn op(&self) -> Op {
+        self.op
     }
 }
 

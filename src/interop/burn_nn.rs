@@ -43,7 +43,7 @@ use burn::nn::{BiGru, BiLstm, BiRnn, GateController, Gru, Linear, Lstm, Rnn};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::canonical::{cell_weights, Canonical};
+use super::canonical::{cell_weights, untracked, Canonical};
 use super::InteropError;
 use crate::config::{FusedRnnConfig, RnnMode};
 use crate::layout::{param_name, ParamKind};
@@ -159,7 +159,7 @@ fn gate_parts<B: Backend>(
     d_hidden: usize,
 ) -> Result<GateParts<B>, InteropError> {
     let linear = |l: &Linear<B>, name: &str, d_in: Option<usize>| {
-        let w = l.weight.val().detach();
+        let w = untracked(l.weight.val());
         let [rows, cols] = w.dims();
         let expected = [d_in.unwrap_or(rows), d_hidden];
         if [rows, cols] != expected {
@@ -172,7 +172,7 @@ fn gate_parts<B: Backend>(
         }
         let b = match &l.bias {
             Some(b) => {
-                let b = b.val().detach();
+                let b = untracked(b.val());
                 if b.dims() != [d_hidden] {
                     return Err(InteropError::shape(
                         format!("{path}{name}.bias"),
@@ -621,122 +621,13 @@ impl<B: Backend> FusedRnn<B> {
     ///
     /// # Errors
     ///
-    /// As [`FusedRnn::from_burn_nn`], and [`InteropError::Unsupported`] naming
+    /// As [`FusedRnn::from_burn_nn`]; [`InteropError::Unsupported`] naming
     /// `layers[k].<option>` when the layers differ in cell, hidden size or layout, or when
-    /// a layer's input size is not the previous layer's output size. Layers without bias
-    /// next to layers with bias get zero biases (the same computation).
-    ///
-    /// # Panics
-    ///
-    /// If `layers` is empty.
+    /// a layer's input size is not the previous layer's output size;
+    /// [`InteropError::Empty`] when `layers` is empty. Layers without bias next to layers
+    /// with bias get zero biases (the same computation).
     pub fn from_burn_nn_stack<L: BurnNnLayer<B>>(layers: &[L]) -> Result<Self, InteropError> {
-        assert!(!layers.is_empty(), "expected at least one layer, got none");
-        let parts = layers
-            .iter()
-            .enumerate()
-            .map(|(k, l)| {
-                let path = if layers.len() == 1 {
-                    String::new()
-                } else {
-                    format!("layers[{k}].")
-                };
-                l.to_parts(&path)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let first = &parts[0];
-        let mode = first.mode;
-        let d_hidden = first.directions[0][0].weight_hh.dims()[0];
-        let d_input = first.directions[0][0].weight_ih.dims()[1];
-        let nd = first.directions.len();
-        let batch_first = first.batch_first;
-        let bias = parts.iter().any(|p| {
-            p.directions
-                .iter()
-                .flatten()
-                .any(|g| g.bias_ih.is_some() || g.bias_hh.is_some())
-        });
-        let device = first.directions[0][0].weight_hh.device();
-        for (k, p) in parts.iter().enumerate().skip(1) {
-            let option = |name: &str| format!("layers[{k}].{name}");
-            if p.mode != mode {
-                return Err(unsupported(
-                    option("hidden_activation"),
-                    p.mode.name(),
-                    &format!("layer 0 runs {}: a fused stack runs one cell", mode.name()),
-                ));
-            }
-            let h = p.directions[0][0].weight_hh.dims()[0];
-            if h != d_hidden {
-                return Err(unsupported(
-                    option("d_hidden"),
-                    h,
-                    &format!("layer 0 has d_hidden {d_hidden}: a fused stack has one hidden size"),
-                ));
-            }
-            let d_in = p.directions[0][0].weight_ih.dims()[1];
-            if d_in != nd * d_hidden {
-                return Err(unsupported(
-                    option("d_input"),
-                    d_in,
-                    &format!(
-                        "layer {k} takes layer {}'s output, of size {}",
-                        k - 1,
-                        nd * d_hidden
-                    ),
-                ));
-            }
-            if p.batch_first != batch_first {
-                return Err(unsupported(
-                    option("batch_first"),
-                    p.batch_first,
-                    &format!(
-                        "layer 0 has batch_first = {batch_first:?}: the layers of a stack share one layout"
-                    ),
-                ));
-            }
-        }
-        let config = FusedRnnConfig::new(mode, d_input, d_hidden)
-            .with_num_layers(parts.len())
-            .with_bidirectional(nd == 2)
-            .with_bias(bias)
-            .with_batch_first(batch_first.unwrap_or(true));
-        let mut canonical = Canonical::new(
-            mode,
-            Box::new(|l, d, k| format!("layers[{l}] {}", param_name(k, l, d))),
-        );
-        let gh = mode.num_gates() * d_hidden;
-        for (layer, p) in parts.into_iter().enumerate() {
-            for (direction, gates) in p.directions.into_iter().enumerate() {
-                let slot = |kind| (layer, direction, kind);
-                let name = |kind| format!("layers[{layer}] {}", param_name(kind, layer, direction));
-                let (mut w_ih, mut w_hh, mut b_ih, mut b_hh) = (vec![], vec![], vec![], vec![]);
-                for g in gates {
-                    let zeros =
-                        || Tensor::<B, 1>::zeros([d_hidden], (&device, g.weight_hh.dtype()));
-                    b_ih.push(g.bias_ih.unwrap_or_else(zeros));
-                    b_hh.push(g.bias_hh.unwrap_or_else(zeros));
-                    w_ih.push(g.weight_ih);
-                    w_hh.push(g.weight_hh);
-                }
-                canonical.insert(
-                    slot(ParamKind::WeightIh),
-                    name(ParamKind::WeightIh),
-                    Tensor::cat(w_ih, 0),
-                );
-                canonical.insert(
-                    slot(ParamKind::WeightHh),
-                    name(ParamKind::WeightHh),
-                    Tensor::cat(w_hh, 0),
-                );
-                if bias {
-                    let b_ih = Tensor::cat(b_ih, 0);
-                    let b_hh = Tensor::cat(b_hh, 0);
-                    debug_assert_eq!(b_ih.dims(), [gh]);
-                    canonical.insert(slot(ParamKind::BiasIh), name(ParamKind::BiasIh), b_ih);
-                    canonical.insert(slot(ParamKind::BiasHh), name(ParamKind::BiasHh), b_hh);
-                }
-            }
-        }
+        let (canonical, config, device) = stack_canonical(layers)?;
         canonical.build(&config, &device)
     }
 
@@ -839,5 +730,247 @@ impl<B: Backend> FusedRnn<B> {
             })
             .collect();
         Ok(layers)
+    }
+}
+
+/// The canonical tensors of a stack of burn-nn layers (after refusing what the fused op
+/// cannot run), the configuration they describe, and their device.
+pub(crate) fn stack_canonical<B: Backend, L: BurnNnLayer<B>>(
+    layers: &[L],
+) -> Result<(Canonical<'static, B>, FusedRnnConfig, B::Device), InteropError> {
+    if layers.is_empty() {
+        return Err(InteropError::empty("layers", "burn-nn layer"));
+    }
+    let parts = layers
+        .iter()
+        .enumerate()
+        .map(|(k, l)| {
+            let path = if layers.len() == 1 {
+                String::new()
+            } else {
+                format!("layers[{k}].")
+            };
+            l.to_parts(&path)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let first = &parts[0];
+    let mode = first.mode;
+    let d_hidden = first.directions[0][0].weight_hh.dims()[0];
+    let d_input = first.directions[0][0].weight_ih.dims()[1];
+    let nd = first.directions.len();
+    let batch_first = first.batch_first;
+    let bias = parts.iter().any(|p| {
+        p.directions
+            .iter()
+            .flatten()
+            .any(|g| g.bias_ih.is_some() || g.bias_hh.is_some())
+    });
+    let device = first.directions[0][0].weight_hh.device();
+    for (k, p) in parts.iter().enumerate().skip(1) {
+        let option = |name: &str| format!("layers[{k}].{name}");
+        if p.mode != mode {
+            return Err(unsupported(
+                option("hidden_activation"),
+                p.mode.name(),
+                &format!("layer 0 runs {}: a fused stack runs one cell", mode.name()),
+            ));
+        }
+        let h = p.directions[0][0].weight_hh.dims()[0];
+        if h != d_hidden {
+            return Err(unsupported(
+                option("d_hidden"),
+                h,
+                &format!("layer 0 has d_hidden {d_hidden}: a fused stack has one hidden size"),
+            ));
+        }
+        let d_in = p.directions[0][0].weight_ih.dims()[1];
+        if d_in != nd * d_hidden {
+            return Err(unsupported(
+                option("d_input"),
+                d_in,
+                &format!(
+                    "layer {k} takes layer {}'s output, of size {}",
+                    k - 1,
+                    nd * d_hidden
+                ),
+            ));
+        }
+        if p.batch_first != batch_first {
+            return Err(unsupported(
+                option("batch_first"),
+                p.batch_first,
+                &format!(
+                    "layer 0 has batch_first = {batch_first:?}: the layers of a stack share one layout"
+                ),
+            ));
+        }
+    }
+    let config = FusedRnnConfig::new(mode, d_input, d_hidden)
+        .with_num_layers(parts.len())
+        .with_bidirectional(nd == 2)
+        .with_bias(bias)
+        .with_batch_first(batch_first.unwrap_or(true));
+    let mut canonical = Canonical::new(
+        mode,
+        Box::new(|l, d, k| format!("layers[{l}] {}", param_name(k, l, d))),
+    );
+    let gh = mode.num_gates() * d_hidden;
+    for (layer, p) in parts.into_iter().enumerate() {
+        for (direction, gates) in p.directions.into_iter().enumerate() {
+            let slot = |kind| (layer, direction, kind);
+            let name = |kind| format!("layers[{layer}] {}", param_name(kind, layer, direction));
+            let (mut w_ih, mut w_hh, mut b_ih, mut b_hh) = (vec![], vec![], vec![], vec![]);
+            for g in gates {
+                let zeros = || Tensor::<B, 1>::zeros([d_hidden], (&device, g.weight_hh.dtype()));
+                b_ih.push(g.bias_ih.unwrap_or_else(zeros));
+                b_hh.push(g.bias_hh.unwrap_or_else(zeros));
+                w_ih.push(g.weight_ih);
+                w_hh.push(g.weight_hh);
+            }
+            canonical.insert(
+                slot(ParamKind::WeightIh),
+                name(ParamKind::WeightIh),
+                Tensor::cat(w_ih, 0),
+            );
+            canonical.insert(
+                slot(ParamKind::WeightHh),
+                name(ParamKind::WeightHh),
+                Tensor::cat(w_hh, 0),
+            );
+            if bias {
+                let b_ih = Tensor::cat(b_ih, 0);
+                let b_hh = Tensor::cat(b_hh, 0);
+                debug_assert_eq!(b_ih.dims(), [gh]);
+                canonical.insert(slot(ParamKind::BiasIh), name(ParamKind::BiasIh), b_ih);
+                canonical.insert(slot(ParamKind::BiasHh), name(ParamKind::BiasHh), b_hh);
+            }
+        }
+    }
+    Ok((canonical, config, device))
+}
+
+/// burn-nn modules rebuilt from their records (what their checkpoints hold), with the
+/// standard activations and no clipping: a record does not hold a module's settings, so
+/// the drop-in layers ([`crate::nn`]) that load them bring their own.
+pub(crate) mod records {
+    use burn::nn::{
+        BiGru, BiGruRecord, BiLstm, BiLstmRecord, BiRnn, BiRnnRecord, GateController,
+        GateControllerRecord, Gru, GruRecord, Linear, LinearRecord, Lstm, LstmRecord, Rnn,
+        RnnRecord,
+    };
+    use burn::tensor::backend::Backend;
+
+    use super::{sigmoid, tanh};
+    use crate::config::RnnMode;
+
+    fn linear<B: Backend>(record: LinearRecord<B>) -> Linear<B> {
+        Linear {
+            weight: record.weight,
+            bias: record.bias,
+        }
+    }
+
+    fn gate<B: Backend>(record: GateControllerRecord<B>) -> GateController<B> {
+        GateController {
+            input_transform: linear(record.input_transform),
+            hidden_transform: linear(record.hidden_transform),
+        }
+    }
+
+    /// The hidden size of a gate: the columns of its input transform (`[d_input, H]`).
+    fn hidden_of<B: Backend>(gate: &GateController<B>) -> usize {
+        gate.input_transform.weight.val().dims()[1]
+    }
+
+    /// A forward-running `Lstm` holding `record`'s weights.
+    pub(crate) fn lstm<B: Backend>(record: LstmRecord<B>, device: &B::Device) -> Lstm<B> {
+        let input_gate = gate(record.input_gate);
+        Lstm {
+            d_hidden: hidden_of(&input_gate),
+            input_gate,
+            forget_gate: gate(record.forget_gate),
+            output_gate: gate(record.output_gate),
+            cell_gate: gate(record.cell_gate),
+            batch_first: true,
+            reverse: false,
+            clip: None,
+            input_forget: false,
+            gate_activation: sigmoid(device),
+            cell_activation: tanh(device),
+            hidden_activation: tanh(device),
+        }
+    }
+
+    /// A `BiLstm` holding `record`'s weights.
+    pub(crate) fn bilstm<B: Backend>(record: BiLstmRecord<B>, device: &B::Device) -> BiLstm<B> {
+        let forward = lstm(record.forward, device);
+        BiLstm {
+            d_hidden: forward.d_hidden,
+            forward,
+            reverse: lstm(record.reverse, device),
+            batch_first: true,
+        }
+    }
+
+    /// A reset-after `Gru` holding `record`'s weights.
+    pub(crate) fn gru<B: Backend>(record: GruRecord<B>, device: &B::Device) -> Gru<B> {
+        let update_gate = gate(record.update_gate);
+        Gru {
+            d_hidden: hidden_of(&update_gate),
+            update_gate,
+            reset_gate: gate(record.reset_gate),
+            new_gate: gate(record.new_gate),
+            reset_after: true,
+            gate_activation: sigmoid(device),
+            hidden_activation: tanh(device),
+            clip: None,
+        }
+    }
+
+    /// A `BiGru` holding `record`'s weights.
+    pub(crate) fn bigru<B: Backend>(record: BiGruRecord<B>, device: &B::Device) -> BiGru<B> {
+        let forward = gru(record.forward, device);
+        BiGru {
+            d_hidden: forward.d_hidden,
+            forward,
+            reverse: gru(record.reverse, device),
+            batch_first: true,
+        }
+    }
+
+    /// A forward-running `Rnn` of `mode` (tanh or relu) holding `record`'s weights.
+    pub(crate) fn rnn<B: Backend>(
+        record: RnnRecord<B>,
+        mode: RnnMode,
+        device: &B::Device,
+    ) -> Rnn<B> {
+        let gate = gate(record.gate);
+        let activation = match mode {
+            RnnMode::RnnRelu => burn::nn::activation::ActivationConfig::Relu.init(device),
+            _ => tanh(device),
+        };
+        Rnn {
+            d_hidden: hidden_of(&gate),
+            gate,
+            batch_first: true,
+            reverse: false,
+            clip: None,
+            hidden_activation: activation,
+        }
+    }
+
+    /// A `BiRnn` of `mode` holding `record`'s weights.
+    pub(crate) fn birnn<B: Backend>(
+        record: BiRnnRecord<B>,
+        mode: RnnMode,
+        device: &B::Device,
+    ) -> BiRnn<B> {
+        let forward = rnn(record.forward, mode, device);
+        BiRnn {
+            d_hidden: forward.d_hidden,
+            forward,
+            reverse: rnn(record.reverse, mode, device),
+            batch_first: true,
+        }
     }
 }

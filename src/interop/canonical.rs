@@ -89,8 +89,12 @@ impl<'a, B: Backend> Canonical<'a, B> {
     /// names present, hidden size, projection, bias and skip input from layer 0's shapes
     /// (every other tensor is checked when the module is built).
     ///
-    /// A set without `W_ih` in layer 0 is read as skip input (`d_input = d_hidden`).
-    pub(crate) fn infer_config(&self, batch_first: bool) -> Result<FusedRnnConfig, InteropError> {
+    /// The layers are those, from layer 0 up, that have both `W_ih` and `W_hh` (layer 0
+    /// without `W_ih` when `skip_input` is given): the tensors of a layer above them are
+    /// then "unexpected" when the module is built, not the layer's other tensors "missing".
+    /// Layer 0 without `W_ih` is read as skip input only when `skip_input` says the source
+    /// marks it so; otherwise its `W_ih` is missing.
+    pub(crate) fn infer_config(&self, skip_input: bool) -> Result<FusedRnnConfig, InteropError> {
         let mode = self.mode;
         let g = mode.num_gates();
         let (hh_key, hh) =
@@ -98,7 +102,7 @@ impl<'a, B: Backend> Canonical<'a, B> {
                 .ok_or_else(|| InteropError::Missing {
                     key: (self.naming)(0, 0, ParamKind::WeightHh),
                     expected: None,
-                    context: "the configuration is inferred from it".into(),
+                    context: self.with_found("the configuration is inferred from it"),
                 })?;
         let (hidden, proj) = match self.shape((0, 0, ParamKind::WeightHr)) {
             Some((key, hr)) => {
@@ -137,14 +141,26 @@ impl<'a, B: Backend> Canonical<'a, B> {
         if hidden == 0 {
             return Err(InteropError::shape(hh_key, &[g, 1], hh));
         }
+        let has = |slot| self.entries.contains_key(&slot);
         let num_layers = (0..)
-            .take_while(|&l| self.entries.contains_key(&(l, 0, ParamKind::WeightHh)))
-            .count();
-        let bidirectional = self.entries.contains_key(&(0, 1, ParamKind::WeightHh));
-        let bias = self.entries.contains_key(&(0, 0, ParamKind::BiasHh));
+            .take_while(|&l| {
+                has((l, 0, ParamKind::WeightHh))
+                    && (has((l, 0, ParamKind::WeightIh)) || (l == 0 && skip_input))
+            })
+            .count()
+            .max(1);
+        let bidirectional = has((0, 1, ParamKind::WeightHh));
+        let bias = has((0, 0, ParamKind::BiasHh));
         let (d_input, input_mode) = match self.shape((0, 0, ParamKind::WeightIh)) {
             Some((key, ih)) => (matrix(key, ih)?[1], InputMode::Linear),
-            None => (hidden, InputMode::Skip),
+            None if skip_input => (hidden, InputMode::Skip),
+            None => {
+                return Err(InteropError::Missing {
+                    key: (self.naming)(0, 0, ParamKind::WeightIh),
+                    expected: None,
+                    context: self.with_found("the input size is inferred from it"),
+                })
+            }
         };
         if d_input == 0 {
             let key = (self.naming)(0, 0, ParamKind::WeightIh);
@@ -155,8 +171,44 @@ impl<'a, B: Backend> Canonical<'a, B> {
             .with_bidirectional(bidirectional)
             .with_bias(bias)
             .with_proj_size(proj)
-            .with_input_mode(input_mode)
-            .with_batch_first(batch_first))
+            .with_input_mode(input_mode))
+    }
+
+    /// Every key found (canonical or not), with its shape, sorted: what an error about a
+    /// missing or unexpected tensor lists, at most [`MAX_LISTED`] of them.
+    pub(crate) fn found(&self) -> String {
+        let mut keys: Vec<(&str, &[usize])> = self
+            .entries
+            .values()
+            .map(|s| (s.key.as_str(), s.shape.as_slice()))
+            .chain(
+                self.strays
+                    .iter()
+                    .map(|(k, s, _)| (k.as_str(), s.as_slice())),
+            )
+            .collect();
+        keys.sort();
+        let listed: Vec<String> = keys
+            .iter()
+            .take(MAX_LISTED)
+            .map(|(k, s)| format!("{k} {s:?}"))
+            .collect();
+        let more = keys.len().saturating_sub(MAX_LISTED);
+        if more > 0 {
+            format!("{} and {more} more", listed.join(", "))
+        } else {
+            listed.join(", ")
+        }
+    }
+
+    /// `why`, followed by the keys found.
+    fn with_found(&self, why: &str) -> String {
+        let found = self.found();
+        match (why.is_empty(), found.is_empty()) {
+            (_, true) => why.to_string(),
+            (true, false) => format!("found: {found}"),
+            (false, false) => format!("{why}; found: {found}"),
+        }
     }
 
     /// The module of `config` holding these tensors, every one checked against the layout.
@@ -189,6 +241,12 @@ impl<'a, B: Backend> Canonical<'a, B> {
             ));
         }
         let layout = RnnLayout::new(spec);
+        let found = self.found();
+        let with_found = |why: String| match (why.is_empty(), found.is_empty()) {
+            (_, true) => why,
+            (true, false) => format!("found: {found}"),
+            (false, false) => format!("{why}; found: {found}"),
+        };
         let mut entries = self.entries;
         let mut loads = Vec::with_capacity(layout.entries().len());
         for e in layout.entries() {
@@ -197,7 +255,7 @@ impl<'a, B: Backend> Canonical<'a, B> {
                     return Err(InteropError::Missing {
                         key: (self.naming)(e.layer, e.direction, e.kind),
                         expected: Some(e.shape.clone()),
-                        context: String::new(),
+                        context: with_found(String::new()),
                     })
                 }
                 Some(src) if src.shape != e.shape => {
@@ -208,7 +266,7 @@ impl<'a, B: Backend> Canonical<'a, B> {
                         context: String::new(),
                     })
                 }
-                Some(src) => loads.push(src.load),
+                Some(src) => loads.push((src.key, src.shape, src.load)),
             }
         }
         if let Some(((layer, direction, kind), src)) = entries.into_iter().next() {
@@ -226,21 +284,62 @@ impl<'a, B: Backend> Canonical<'a, B> {
             return Err(InteropError::Unexpected {
                 key: src.key,
                 shape: src.shape,
-                context: format!("{} = {why}", param_name(kind, layer, direction)),
+                context: with_found(format!("{} = {why}", param_name(kind, layer, direction))),
             });
         }
         if let Some((key, shape, why)) = self.strays.into_iter().next() {
             return Err(InteropError::Unexpected {
                 key,
                 shape,
-                context: why,
+                context: with_found(why),
             });
         }
         let parts = loads
             .into_iter()
-            .map(|load| load().map(|t| t.to_device(device)))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|(key, shape, load)| {
+                let t = untracked(load()?.to_device(device));
+                check_finite(&key, &shape, t.clone().into_data())?;
+                Ok(t)
+            })
+            .collect::<Result<Vec<_>, InteropError>>()?;
         Ok(config.init_with_params(Tensor::cat(parts, 0)))
+    }
+}
+
+/// `t` outside any autodiff graph: a fresh tensor that no gradient reaches, whatever `t`
+/// was. (`detach` alone keeps a tensor that required gradients a tracked leaf, and the
+/// parameters built from it would then be tracked non-leaves, which `Param` refuses.)
+pub(crate) fn untracked<B: Backend, const D: usize>(t: Tensor<B, D>) -> Tensor<B, D> {
+    t.detach().set_require_grad(false)
+}
+
+/// How many keys an error lists at most.
+const MAX_LISTED: usize = 24;
+
+/// Refuses a tensor holding a NaN or an infinity, naming `key` and the element's index in
+/// `shape` (the tensor's shape in its source; `data` is the tensor flattened).
+pub(crate) fn check_finite(
+    key: &str,
+    shape: &[usize],
+    data: TensorData,
+) -> Result<(), InteropError> {
+    match data.iter::<f64>().enumerate().find(|(_, v)| !v.is_finite()) {
+        None => Ok(()),
+        Some((flat, value)) => {
+            let mut index = vec![0; shape.len()];
+            let mut rest = flat;
+            for (i, &d) in shape.iter().enumerate().rev() {
+                if d > 0 {
+                    index[i] = rest % d;
+                    rest /= d;
+                }
+            }
+            Err(InteropError::NotFinite {
+                key: key.to_string(),
+                index,
+                value,
+            })
+        }
     }
 }
 
@@ -356,7 +455,7 @@ pub(crate) fn cell_weights<B: Backend>(
     let device = cell.weight_hh.lazy_device();
     let skip = layer == 0 && spec.skip_input;
     let weight_ih = match &cell.weight_ih {
-        Some(w) => w.val().detach(),
+        Some(w) => untracked(w.val()),
         None => {
             let eye =
                 Tensor::<B, 2>::eye(spec.d_hidden, &device).cast(cell.weight_hh.val().dtype());
@@ -364,7 +463,7 @@ pub(crate) fn cell_weights<B: Backend>(
         }
     };
     let bias_ih = match &cell.bias_ih {
-        Some(b) => Some(b.val().detach()),
+        Some(b) => Some(untracked(b.val())),
         None if skip && spec.bias => {
             Some(Tensor::zeros([gh], (&device, cell.weight_hh.val().dtype())))
         }
@@ -372,8 +471,8 @@ pub(crate) fn cell_weights<B: Backend>(
     };
     CellWeights {
         weight_ih,
-        weight_hh: cell.weight_hh.val().detach(),
+        weight_hh: untracked(cell.weight_hh.val()),
         bias_ih,
-        bias_hh: cell.bias_hh.as_ref().map(|b| b.val().detach()),
+        bias_hh: cell.bias_hh.as_ref().map(|b| untracked(b.val())),
     }
 }

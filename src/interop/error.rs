@@ -28,24 +28,42 @@ pub enum InteropError {
         /// Why that shape was expected, when it is not obvious (may be empty).
         context: String,
     },
-    /// A tensor that the configuration requires is absent.
+    /// A tensor that the configuration requires is absent. The message starts with
+    /// `missing tensor <key>` and lists the keys found.
     Missing {
         /// The key it was looked up under.
         key: String,
         /// The shape it would have (`None`: unknown, the configuration is inferred from it).
         expected: Option<Vec<usize>>,
-        /// What was found instead (keys nearby), when that helps (may be empty).
+        /// Why it is needed, and the keys found (may be empty).
         context: String,
     },
     /// A tensor that the configuration has no place for (another layer or direction,
-    /// a projection the mode does not have, an unknown name under the prefix).
+    /// a projection the mode does not have, an unknown name under the prefix). The message
+    /// starts with `unexpected tensor <key>` and lists the keys found.
     Unexpected {
         /// The tensor's key.
         key: String,
         /// Its shape.
         shape: Vec<usize>,
-        /// Why it does not fit (may be empty).
+        /// Why it does not fit, and the keys found (may be empty).
         context: String,
+    },
+    /// A weight is NaN or infinite.
+    NotFinite {
+        /// The tensor's key.
+        key: String,
+        /// Index of the first non-finite element, in the tensor's shape in its source.
+        index: Vec<usize>,
+        /// Its value.
+        value: f64,
+    },
+    /// A conversion of a list (of layers, nodes) was given an empty one.
+    Empty {
+        /// The argument, e.g. `layers`.
+        argument: String,
+        /// What it must hold at least one of, e.g. `burn-nn layer`.
+        what: String,
     },
     /// A tensor is not of a float dtype.
     Dtype {
@@ -94,10 +112,14 @@ impl fmt::Display for InteropError {
             } => match expected {
                 Some(shape) => write!(
                     f,
-                    "{key}: expected a tensor of shape {shape:?}, got none{}",
+                    "missing tensor {key}: expected a tensor of shape {shape:?}, got none{}",
                     ctx(context)
                 ),
-                None => write!(f, "{key}: expected a tensor, got none{}", ctx(context)),
+                None => write!(
+                    f,
+                    "missing tensor {key}: expected a tensor, got none{}",
+                    ctx(context)
+                ),
             },
             Self::Unexpected {
                 key,
@@ -105,9 +127,16 @@ impl fmt::Display for InteropError {
                 context,
             } => write!(
                 f,
-                "{key}: expected no such tensor, got one of shape {shape:?}{}",
+                "unexpected tensor {key}: expected no such tensor, got one of shape {shape:?}{}",
                 ctx(context)
             ),
+            Self::NotFinite { key, index, value } => write!(
+                f,
+                "{key}: expected finite weights, got {value} at index {index:?}"
+            ),
+            Self::Empty { argument, what } => {
+                write!(f, "{argument}: expected at least one {what}, got none")
+            }
             Self::Dtype { key, dtype } => {
                 write!(f, "{key}: expected a float tensor, got dtype {dtype:?}")
             }
@@ -140,6 +169,14 @@ impl InteropError {
             option: option.into(),
             value: format!("{value:?}"),
             reason: reason.into(),
+        }
+    }
+
+    /// An [`InteropError::Empty`].
+    pub(crate) fn empty(argument: &str, what: &str) -> Self {
+        Self::Empty {
+            argument: argument.into(),
+            what: what.into(),
         }
     }
 

@@ -180,19 +180,15 @@ impl KerasRnnLayer {
 ///
 /// [`InteropError::Unsupported`] naming the setting (`layers[k].reset_after`, ...) for what
 /// the fused op cannot express, or layers that differ in class, hidden size or directions;
-/// [`InteropError::Shape`] naming the weight (`layers[k].forward.kernel`) and both shapes.
-///
-/// # Panics
-///
-/// If `layers` is empty.
+/// [`InteropError::Shape`] naming the weight (`layers[k].forward.kernel`) and both shapes;
+/// [`InteropError::Empty`] when `layers` is empty.
 pub fn import<B: Backend>(
     layers: &[KerasRnnLayer],
     device: &B::Device,
 ) -> Result<FusedRnn<B>, InteropError> {
-    assert!(
-        !layers.is_empty(),
-        "expected at least one Keras layer, got none"
-    );
+    if layers.is_empty() {
+        return Err(InteropError::empty("layers", "Keras layer"));
+    }
     let first = &layers[0];
     let mode = first.mode("layers[0].")?;
     let kind = first.kind;

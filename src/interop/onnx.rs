@@ -215,19 +215,14 @@ impl OnnxRnnNode {
 /// [`InteropError::Unsupported`] naming the attribute (`nodes[k].clip`, ...) for what the
 /// fused op cannot express, or a chain whose nodes differ in operator, hidden size,
 /// directions or layout; [`InteropError::Shape`] naming the input (`nodes[k].W`) and both
-/// shapes for a tensor that does not fit.
-///
-/// # Panics
-///
-/// If `nodes` is empty.
+/// shapes for a tensor that does not fit; [`InteropError::Empty`] when `nodes` is empty.
 pub fn import<B: Backend>(
     nodes: &[OnnxRnnNode],
     device: &B::Device,
 ) -> Result<FusedRnn<B>, InteropError> {
-    assert!(
-        !nodes.is_empty(),
-        "expected at least one ONNX node, got none"
-    );
+    if nodes.is_empty() {
+        return Err(InteropError::empty("nodes", "ONNX node"));
+    }
     let first = &nodes[0];
     let directions = |n: &OnnxRnnNode, k: usize| -> Result<usize, InteropError> {
         match n.direction.as_str() {

@@ -1,6 +1,7 @@
 //! The [`FusedRnn`] module: canonical per-matrix parameters, a fused forward, checked
 //! record loading.
 
+mod alloc;
 mod digest;
 mod file;
 mod load_error;
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 use burn::module::{Initializer, Module, Param};
 use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
+use burn::tensor::{Element, Tensor};
 
 use crate::backend::FusedRnnBackend;
 use crate::config::{FusedRnnConfig, RnnSpec};
@@ -76,7 +77,8 @@ impl<B: Backend> RnnState<B> {
         }
     }
 
-    /// A GRU or RNN state: hidden `[L*D, batch_size, H]` only.
+    /// A GRU or RNN state: hidden `[L*D, batch_size, H]` only. An LSTM refuses it (it
+    /// would start the cell state at zero without a word): use [`RnnState::lstm`].
     pub fn hidden_only(hidden: Tensor<B, 3>) -> Self {
         Self { hidden, cell: None }
     }
@@ -172,11 +174,22 @@ impl FusedRnnConfig {
     /// Builds the module, weights initialized as described on
     /// [`FusedRnnConfig::initializer`].
     ///
+    /// Every parameter is drawn here, eagerly: a clone of the new module holds the same
+    /// weights, so `module.clone().save_file(..)` saves the weights the module runs with.
+    /// (Burn's own modules initialize lazily: a clone of a parameter never read draws its
+    /// own values.)
+    ///
+    /// Dropout with one layer does nothing (it acts between layers); as PyTorch does, this
+    /// warns through the `log` crate.
+    ///
     /// # Panics
     ///
-    /// If the configuration is invalid (see [`FusedRnnConfig::spec`]).
+    /// If the configuration is invalid (see [`FusedRnnConfig::spec`]), or its parameters
+    /// cannot be allocated (Note [Allocation checks]): the message names the fields.
     pub fn init<B: Backend>(&self, device: &B::Device) -> FusedRnn<B> {
         let spec = self.spec();
+        self.warn_unused_dropout();
+        let layout = checked_layout::<B>(spec);
         let k = 1.0 / (self.d_hidden as f64).sqrt();
         let default = Initializer::Uniform { min: -k, max: k };
         let (matrix_init, bias_init) = match &self.initializer {
@@ -184,12 +197,12 @@ impl FusedRnnConfig {
             Some(init) => (init.clone(), Initializer::Zeros),
         };
         let cells = build_cells(
-            &RnnLayout::new(spec),
+            &layout,
             |e| {
                 let [rows, cols] = [e.shape[0], e.shape[1]];
-                matrix_init.init_with([rows, cols], Some(cols), Some(rows), device)
+                eager(matrix_init.init_with([rows, cols], Some(cols), Some(rows), device))
             },
-            |e| bias_init.init([e.shape[0]], device),
+            |e| eager(bias_init.init([e.shape[0]], device)),
         );
         self.assemble(spec, cells)
     }
@@ -202,6 +215,7 @@ impl FusedRnnConfig {
     /// If the configuration is invalid, or `params` is not `[params_size]`.
     pub fn init_with_params<B: Backend>(&self, params: Tensor<B, 1>) -> FusedRnn<B> {
         let spec = self.spec();
+        self.warn_unused_dropout();
         let layout = RnnLayout::new(spec);
         let [len] = params.dims();
         assert!(
@@ -233,7 +247,90 @@ impl FusedRnnConfig {
     }
 }
 
+impl FusedRnnConfig {
+    /// Builds the module the way burn-nn builds its recurrent layers: every gate's input
+    /// and recurrent matrices drawn by `initializer` as burn-nn's `Linear` draws them
+    /// (shape `[fan_in, d_hidden]`, then transposed into the canonical orientation), every
+    /// bias drawn by `initializer` too (fan-in the input or hidden size), eagerly. The
+    /// drop-in layers of [`crate::nn`] use it, so that their weights have burn-nn's
+    /// distributions.
+    ///
+    /// # Panics
+    ///
+    /// As [`FusedRnnConfig::init`]; and if the configuration has a projection (burn-nn has
+    /// none).
+    pub(crate) fn init_like_burn_nn<B: Backend>(
+        &self,
+        initializer: &Initializer,
+        device: &B::Device,
+    ) -> FusedRnn<B> {
+        let spec = self.spec();
+        assert!(
+            spec.proj_size.is_none(),
+            "expected proj_size = None for a burn-nn layer, got {:?}",
+            spec.proj_size
+        );
+        self.warn_unused_dropout();
+        let layout = checked_layout::<B>(spec);
+        let (g, h) = (spec.mode.num_gates(), spec.d_hidden);
+        // Each block is drawn as a parameter of its own, which requires gradients; the
+        // stacked parameter is a new leaf made from their values.
+        let value = |p: Param<Tensor<B, 2>>| p.val().detach().set_require_grad(false);
+        let matrix = |e: &ParamEntry| {
+            let fan_in = e.shape[1];
+            let blocks = (0..g)
+                .map(|_| {
+                    value(initializer.init_with([fan_in, h], Some(fan_in), Some(h), device))
+                        .transpose()
+                })
+                .collect();
+            Param::from_tensor(Tensor::cat(blocks, 0))
+        };
+        let bias = |e: &ParamEntry| {
+            let fan_in = match e.kind {
+                ParamKind::BiasIh => spec.layer_input_size(e.layer),
+                _ => h,
+            };
+            let blocks = (0..g)
+                .map(|_| {
+                    initializer
+                        .init_with([h], Some(fan_in), Some(h), device)
+                        .val()
+                        .detach()
+                        .set_require_grad(false)
+                })
+                .collect();
+            Param::from_tensor(Tensor::cat(blocks, 0))
+        };
+        let cells = build_cells(&layout, matrix, bias);
+        self.assemble(spec, cells)
+    }
+}
+
+/// The layout of `spec`, after checking that its parameters can be allocated on `B`
+/// (Note [Allocation checks]).
+fn checked_layout<B: Backend>(spec: RnnSpec) -> RnnLayout {
+    let params_size = crate::layout::params_size_closed_form(&spec);
+    alloc::check_params::<B>(
+        &spec,
+        params_size,
+        <B::FloatElem as Element>::dtype().size(),
+    );
+    RnnLayout::new(spec)
+}
+
+/// `param`, its value drawn now rather than at first use, so that clones share it.
+fn eager<const D: usize, B: Backend>(param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+    let _ = param.val();
+    param
+}
+
 /// One [`RnnCell`] per pseudo-layer, each tensor made from its layout entry.
+///
+/// # Panics
+///
+/// Naming `num_layers`, when the list of cells cannot be allocated (Note [Allocation
+/// checks]).
 fn build_cells<B: Backend>(
     layout: &RnnLayout,
     matrix: impl Fn(&ParamEntry) -> Param<Tensor<B, 2>>,
@@ -241,19 +338,27 @@ fn build_cells<B: Backend>(
 ) -> Vec<RnnCell<B>> {
     let spec = layout.spec();
     let nd = spec.num_directions();
-    (0..spec.num_pseudo_layers())
-        .map(|idx| {
-            let (layer, direction) = (idx / nd, idx % nd);
-            let entry = |kind| layout.entry(layer, direction, kind);
-            RnnCell {
-                weight_ih: entry(ParamKind::WeightIh).map(&matrix),
-                weight_hh: matrix(entry(ParamKind::WeightHh).expect("W_hh always exists")),
-                bias_ih: entry(ParamKind::BiasIh).map(&bias),
-                bias_hh: entry(ParamKind::BiasHh).map(&bias),
-                weight_hr: entry(ParamKind::WeightHr).map(&matrix),
-            }
-        })
-        .collect()
+    let mut cells = Vec::new();
+    if cells.try_reserve_exact(spec.num_pseudo_layers()).is_err() {
+        panic!(
+            "invalid FusedRnnConfig: expected num_layers small enough to allocate one cell per \
+             layer and direction, got num_layers = {} (the allocator refused {} cells)",
+            spec.num_layers,
+            spec.num_pseudo_layers()
+        );
+    }
+    cells.extend((0..spec.num_pseudo_layers()).map(|idx| {
+        let (layer, direction) = (idx / nd, idx % nd);
+        let entry = |kind| layout.entry(layer, direction, kind);
+        RnnCell {
+            weight_ih: entry(ParamKind::WeightIh).map(&matrix),
+            weight_hh: matrix(entry(ParamKind::WeightHh).expect("W_hh always exists")),
+            bias_ih: entry(ParamKind::BiasIh).map(&bias),
+            bias_hh: entry(ParamKind::BiasHh).map(&bias),
+            weight_hr: entry(ParamKind::WeightHr).map(&matrix),
+        }
+    }));
+    cells
 }
 
 impl<B: Backend> RnnCell<B> {
@@ -295,6 +400,25 @@ impl<B: Backend> FusedRnn<B> {
         self.batch_first
     }
 
+    /// A configuration that builds a module like this one: its network, layout and dropout
+    /// (the initializer is the default; the weights are not part of a configuration).
+    pub fn config(&self) -> FusedRnnConfig {
+        let spec = &self.spec;
+        FusedRnnConfig::new(spec.mode, spec.d_input, spec.d_hidden)
+            .with_num_layers(spec.num_layers)
+            .with_bidirectional(spec.bidirectional)
+            .with_input_mode(if spec.skip_input {
+                crate::config::InputMode::Skip
+            } else {
+                crate::config::InputMode::Linear
+            })
+            .with_bias(spec.bias)
+            .with_proj_size(spec.proj_size)
+            .with_batch_first(self.batch_first)
+            .with_dropout(self.dropout.probability)
+            .with_seed(self.dropout.seed)
+    }
+
     /// The flat canonical params vector `[params_size]` (TF's `canonical_to_params`), in
     /// the order of Note [RNN weight layout]. Gradients flow back to each parameter.
     ///
@@ -333,7 +457,38 @@ impl<B: Backend> FusedRnn<B> {
     }
 }
 
-impl<B: FusedRnnBackend> FusedRnn<B> {
+/// The initial hidden and cell states of a call, after refusing an LSTM state without a
+/// cell state (which would silently start the cell at zero).
+///
+/// # Panics
+///
+/// If `spec` is an LSTM and `state` has no cell state.
+pub(crate) fn split_state<B: Backend>(
+    spec: &RnnSpec,
+    state: Option<RnnState<B>>,
+) -> (Option<Tensor<B, 3>>, Option<Tensor<B, 3>>) {
+    match state {
+        Some(RnnState { hidden, cell: None }) if spec.mode.has_cell_state() => panic!(
+            "expected state.cell, the initial cell state [L*D, batch_size, H] of an LSTM, got \
+             None with a hidden state of shape {:?}: RnnState::hidden_only is a GRU or RNN \
+             state; build an LSTM's with RnnState::lstm(hidden, cell), or pass no state for \
+             zeros",
+            hidden.dims()
+        ),
+        Some(s) => (Some(s.hidden), s.cell),
+        None => (None, None),
+    }
+}
+
+/// What a call of the op needs besides its input, checked.
+struct Call<B: Backend> {
+    desc: RnnDescriptor,
+    h0: Option<Tensor<B, 3>>,
+    c0: Option<Tensor<B, 3>>,
+    weights: Tensor<B, 1>,
+}
+
+impl<B: Backend> FusedRnn<B> {
     /// The dropout of this call: fresh masks for every training forward, reproducible from
     /// the config's seed (Note [Dropout seeds]).
     fn call_dropout(&self, device: &B::Device) -> DropoutSpec {
@@ -347,6 +502,113 @@ impl<B: FusedRnnBackend> FusedRnn<B> {
         }
     }
 
+    /// The descriptor, initial states and weights of a call on `input`, after the checks
+    /// that name `input` and the state, and the size checks of Note [Allocation checks];
+    /// `reserve_bytes` gives the training reserve's size on `B`.
+    fn call(
+        &self,
+        input: &Tensor<B, 3>,
+        seq_lengths: Option<Vec<usize>>,
+        state: Option<RnnState<B>>,
+        reserve_bytes: impl FnOnce(&RnnDescriptor, burn::tensor::DType, &B::Device) -> usize,
+    ) -> Call<B> {
+        let [d0, d1, _] = input.dims();
+        let (batch, seq) = if self.batch_first { (d0, d1) } else { (d1, d0) };
+        // Checked here, where the argument is `input`, rather than by the descriptor,
+        // whose arguments are `batch_size` and `seq_length`.
+        if batch == 0 || seq == 0 {
+            let (layout, dim) = match (self.batch_first, batch == 0) {
+                (true, true) => ("[batch_size, seq_length, d_input]", "batch_size"),
+                (true, false) => ("[batch_size, seq_length, d_input]", "seq_length"),
+                (false, true) => ("[seq_length, batch_size, d_input]", "batch_size"),
+                (false, false) => ("[seq_length, batch_size, d_input]", "seq_length"),
+            };
+            panic!(
+                "expected input of shape {layout} with {dim} > 0, got {:?}",
+                input.dims()
+            );
+        }
+        let (h0, c0) = split_state(&self.spec, state);
+        let device = input.device();
+        let desc = RnnDescriptor::new(
+            self.spec,
+            seq,
+            batch,
+            self.batch_first,
+            seq_lengths,
+            self.call_dropout(&device),
+        );
+        let dtype = input.dtype();
+        alloc::check_call::<B>(&self.spec, seq, batch, dtype.size(), || {
+            if B::ad_enabled(&device) {
+                reserve_bytes(&desc, dtype, &device)
+            } else {
+                0
+            }
+        });
+        // The module runs in its input's dtype: weights are cast to it (a tracked cast, so
+        // gradients reach the parameters in their own dtype), states must match it.
+        let weights = self.flat_weights();
+        let weights = if weights.dtype() == dtype {
+            weights
+        } else {
+            weights.cast(dtype)
+        };
+        Call {
+            desc,
+            h0,
+            c0,
+            weights,
+        }
+    }
+
+    /// [`FusedRnn::forward`] on any backend, through the reference implementation run
+    /// as Burn tensor ops (so `Autodiff` differentiates it op by op, without the fused
+    /// backward): what a drop-in layer of [`crate::nn`] runs on a backend that it does not
+    /// know to implement the fused op (Note [Drop-in dispatch] in `crate::nn`).
+    pub(crate) fn forward_reference(
+        &self,
+        input: Tensor<B, 3>,
+        state: Option<RnnState<B>>,
+    ) -> (Tensor<B, 3>, RnnState<B>) {
+        use crate::reference::{float, prim};
+
+        let call = self.call(&input, None, state, |desc, dtype, _| {
+            crate::reference::reserve_layout(desc, dtype)
+                .iter()
+                .map(|(shape, dtype)| {
+                    shape
+                        .iter()
+                        .fold(dtype.size(), |acc, &d| acc.saturating_mul(d))
+                })
+                .fold(0usize, usize::saturating_add)
+        });
+        call.desc.check_inputs(
+            &input.dims(),
+            call.h0.as_ref().map(|h| h.dims()).as_ref().map(|d| &d[..]),
+            call.c0.as_ref().map(|c| c.dims()).as_ref().map(|d| &d[..]),
+            &call.weights.dims(),
+        );
+        let device = input.device();
+        let inputs = crate::op_types::RnnInputs {
+            x: prim(input),
+            h0: call.h0.map(prim),
+            c0: call.c0.map(prim),
+            weights: prim(call.weights),
+        };
+        let out = if call.desc.dropout.probability > 0.0 && B::ad_enabled(&device) {
+            crate::reference::forward_training::<B>(&call.desc, inputs).0
+        } else {
+            crate::reference::forward::<B>(&call.desc, inputs)
+        };
+        (
+            float(out.y),
+            RnnState::new(float(out.h_n), out.c_n.map(float)),
+        )
+    }
+}
+
+impl<B: FusedRnnBackend> FusedRnn<B> {
     /// Runs every layer and direction over full-length sequences.
     ///
     /// # Shapes
@@ -354,11 +616,17 @@ impl<B: FusedRnnBackend> FusedRnn<B> {
     /// - `input`: `[batch_size, seq_length, d_input]` if batch-first, else
     ///   `[seq_length, batch_size, d_input]`.
     /// - `state`: `hidden` `[L*D, batch_size, P]`, `cell` `[L*D, batch_size, H]` (LSTM);
-    ///   zeros when `None`.
+    ///   zeros when `None`. An LSTM needs both: a state without `cell` is refused.
     ///
     /// # Returns
     ///
     /// The output `[batch_size, seq_length, D*P]` (or sequence-first) and the final state.
+    ///
+    /// # Panics
+    ///
+    /// With "expected …, got …" naming the argument when a shape does not fit, an LSTM's
+    /// state has no cell state, or the call's buffers cannot be allocated (Note
+    /// [Allocation checks]).
     pub fn forward(
         &self,
         input: Tensor<B, 3>,
@@ -388,43 +656,10 @@ impl<B: FusedRnnBackend> FusedRnn<B> {
         seq_lengths: Option<Vec<usize>>,
         state: Option<RnnState<B>>,
     ) -> (Tensor<B, 3>, RnnState<B>) {
-        let [d0, d1, _] = input.dims();
-        let (batch, seq) = if self.batch_first { (d0, d1) } else { (d1, d0) };
-        // Checked here, where the argument is `input`, rather than by the descriptor,
-        // whose arguments are `batch_size` and `seq_length`.
-        if batch == 0 || seq == 0 {
-            let (layout, dim) = match (self.batch_first, batch == 0) {
-                (true, true) => ("[batch_size, seq_length, d_input]", "batch_size"),
-                (true, false) => ("[batch_size, seq_length, d_input]", "seq_length"),
-                (false, true) => ("[seq_length, batch_size, d_input]", "batch_size"),
-                (false, false) => ("[seq_length, batch_size, d_input]", "seq_length"),
-            };
-            panic!(
-                "expected input of shape {layout} with {dim} > 0, got {:?}",
-                input.dims()
-            );
-        }
-        let desc = RnnDescriptor::new(
-            self.spec,
-            seq,
-            batch,
-            self.batch_first,
-            seq_lengths,
-            self.call_dropout(&input.device()),
-        );
-        let (h0, c0) = match state {
-            Some(s) => (Some(s.hidden), s.cell),
-            None => (None, None),
-        };
-        // The module runs in its input's dtype: weights are cast to it (a tracked cast, so
-        // gradients reach the parameters in their own dtype), states must match it.
-        let weights = self.flat_weights();
-        let weights = if weights.dtype() == input.dtype() {
-            weights
-        } else {
-            weights.cast(input.dtype())
-        };
-        let out = fused_rnn(&desc, input, h0, c0, weights);
+        let call = self.call(&input, seq_lengths, state, |desc, dtype, device| {
+            crate::ops::reserve_bytes::<B>(desc, dtype, device)
+        });
+        let out = fused_rnn(&call.desc, input, call.h0, call.c0, call.weights);
         (out.output, RnnState::new(out.hidden, out.cell))
     }
 }

@@ -108,7 +108,8 @@ impl<B: FusedRnnBackend> PreparedRnn<B> {
     ///
     /// # Panics
     ///
-    /// With "expected …, got …" when `input` or the state does not fit the network, or a
+    /// With "expected …, got …" when `input` or the state does not fit the network (an
+    /// LSTM's state without a cell state included), or a
     /// dtype differs from the input's (the weights are cast to the input's dtype, as
     /// [`FusedRnn::forward`] does, at a cost per call: prepare a module of the input's dtype
     /// to avoid it).
@@ -129,10 +130,7 @@ impl<B: FusedRnnBackend> PreparedRnn<B> {
         } else {
             self.weights.clone().cast(input.dtype())
         };
-        let (h0, c0) = match state {
-            Some(s) => (Some(s.hidden), s.cell),
-            None => (None, None),
-        };
+        let (h0, c0) = super::split_state(&self.spec, state);
         let out = fused_rnn(&desc, input.unsqueeze_dim(1), h0, c0, weights);
         let y = out.output.reshape([batch, self.spec.d_state()]);
         (

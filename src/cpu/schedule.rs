@@ -1,0 +1,124 @@
+//! How a call uses rayon's pool: which work splits over threads, and how.
+//!
+//! One pool for the process (rayon's global pool, sized by `RAYON_NUM_THREADS`, else the
+//! cores); nothing is spawned per call or per step. A call moves into the pool once
+//! ([`in_pool`]); the two directions of a layer run side by side ([`per_direction`]),
+//! each with its share of the threads ([`direction_threads`]); a step's rows split when the
+//! step is big enough ([`step_threads`], Note [Fused step] in `super::forward`); the large
+//! GEMMs split inside the `gemm` crate ([`gemm_threads`]); element-wise passes over rows
+//! split like the steps ([`for_rows`]).
+
+use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
+
+use super::plan::Plan;
+use super::simd::{dispatch, SimdLevel};
+
+/// Runs `f` on a thread of rayon's pool: a call that came from outside the pool moves in
+/// once, so that the joins of every step hand work to a spinning neighbour instead of
+/// waking the caller's thread each time.
+pub(crate) fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        f()
+    } else {
+        rayon::join(f, || ()).0
+    }
+}
+
+/// Work below this many multiply-adds per step runs on one thread: splitting it costs more
+/// than it saves (a rayon join is a few microseconds).
+pub(crate) const PARALLEL_WORK: usize = 1 << 17;
+
+/// Threads for a GEMM of `m · n · k` multiply-adds, out of `threads`.
+pub(crate) fn gemm_threads(threads: usize, m: usize, n: usize, k: usize) -> usize {
+    if m.saturating_mul(n).saturating_mul(k) >= PARALLEL_WORK {
+        threads
+    } else {
+        1
+    }
+}
+
+/// Runs `f` over `items`, in parallel chunks when `parallel`, inside [`dispatch`] so that
+/// the element-wise loops compile for the call's SIMD level (Note [SIMD levels] in
+/// `super::simd`).
+///
+/// `f` must be an `#[inline(always)]` closure: the loop reaches the CPU's features only
+/// where `f` is inlined into pulp's `#[target_feature]` function. A struct implementing
+/// `WithSimd` does this; a plain closure passed to `dispatch` would go through a
+/// `FnOnce::call_once` shim that is not inlined, and run at the baseline SSE2 width
+/// (measured: half the speed of the AVX2 loop at `H = 256`).
+pub(crate) fn for_rows<I: Send, F: Fn(&mut I) + Sync>(
+    level: SimdLevel,
+    items: &mut [I],
+    parallel: bool,
+    f: F,
+) {
+    struct Rows<'a, I, F> {
+        items: &'a mut [I],
+        f: &'a F,
+    }
+
+    impl<I, F: Fn(&mut I)> WithSimd for Rows<'_, I, F> {
+        type Output = ();
+
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _simd: S) {
+            for item in self.items.iter_mut() {
+                (self.f)(item);
+            }
+        }
+    }
+
+    let run = |chunk: &mut [I]| {
+        dispatch(
+            level,
+            Rows {
+                items: chunk,
+                f: &f,
+            },
+        )
+    };
+    if parallel && items.len() > 1 {
+        let threads = rayon::current_num_threads().max(1);
+        let chunk = items.len().div_ceil(threads);
+        items.par_chunks_mut(chunk).for_each(run);
+    } else {
+        run(items);
+    }
+}
+
+/// Threads for one step of `batch` rows: the rows split over the threads when each gets
+/// at least two rows and the step is big enough to pay for a join (Note [Fused step]).
+pub(crate) fn step_threads(threads: usize, batch: usize, gh: usize, k: usize) -> usize {
+    if threads > 1 && batch >= 4 && batch * gh * k >= PARALLEL_WORK {
+        threads.min(batch / 2)
+    } else {
+        1
+    }
+}
+
+/// Runs `jobs` (one per direction): concurrently on rayon's pool when there are two and
+/// more than one thread, else in order.
+pub(crate) fn per_direction<J: Send, R: Send>(
+    plan: &Plan<'_>,
+    mut jobs: Vec<J>,
+    run: impl Fn(J) -> R + Sync,
+) -> Vec<R> {
+    if jobs.len() == 2 && plan.threads > 1 {
+        let second = jobs.pop().expect("two jobs");
+        let first = jobs.pop().expect("two jobs");
+        let (a, b) = rayon::join(|| run(first), || run(second));
+        vec![a, b]
+    } else {
+        jobs.into_iter().map(run).collect()
+    }
+}
+
+/// Threads for each direction of a layer.
+pub(crate) fn direction_threads(plan: &Plan<'_>) -> usize {
+    if plan.nd == 2 {
+        plan.threads.div_ceil(2)
+    } else {
+        plan.threads
+    }
+}

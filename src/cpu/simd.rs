@@ -1,0 +1,179 @@
+//! The SIMD level the native CPU kernel runs at: detected once, or forced.
+//!
+//! # Note [SIMD levels]
+//!
+//! Every loop of the kernel that counts (the step GEMM's microkernel, the element-wise
+//! passes, the activations) is written once, generic over `pulp::Simd`, and compiled for
+//! three levels:
+//!
+//! - **AVX-512** (`pulp::x86::V4`: 16 `f32` lanes, 32 vector registers);
+//! - **AVX2 + FMA** (`pulp::x86::V3`: 8 lanes, 16 registers);
+//! - **portable**: pulp's scalar fallback on x86-64 without AVX2 (one lane, the compiler's
+//!   baseline vectorisation), or pulp's own best choice on other architectures (NEON on
+//!   aarch64).
+//!
+//! A call picks its level once, at entry (`super::plan::Plan::new`), and every loop of the
+//! call runs at that level, so a call never mixes layouts: the packed weights'
+//! width depends on the level (Note [Packed weights] in `super::packed`). The level is, in
+//! order of precedence:
+//!
+//! 1. the one forced on the calling thread by [`with_simd_level`] (tests force every level
+//!    the machine has, so that a level CI does not pick by itself still runs there);
+//! 2. the environment variable `BURN_FUSED_RNN_SIMD` (`avx512`, `avx2` or `portable`),
+//!    read once per process, for a whole run (a level the CPU lacks is ignored with a
+//!    warning on stderr);
+//! 3. the best level the CPU has.
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+use pulp::Simd;
+use pulp::WithSimd;
+
+/// A SIMD level of the native CPU kernel (Note [SIMD levels]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SimdLevel {
+    /// AVX-512 (F, VL, DQ, BW, CD): 16 `f32` lanes.
+    Avx512,
+    /// AVX2 with FMA: 8 `f32` lanes.
+    Avx2,
+    /// No x86 SIMD extension: pulp's scalar code on x86-64, its best level elsewhere.
+    Portable,
+}
+
+impl SimdLevel {
+    /// Every level, best first.
+    pub const ALL: [SimdLevel; 3] = [SimdLevel::Avx512, SimdLevel::Avx2, SimdLevel::Portable];
+
+    /// Whether this CPU can run the level.
+    pub fn is_available(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512 => pulp::x86::V4::try_new().is_some(),
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => pulp::x86::V3::try_new().is_some(),
+            #[cfg(not(target_arch = "x86_64"))]
+            SimdLevel::Avx512 | SimdLevel::Avx2 => false,
+            SimdLevel::Portable => true,
+        }
+    }
+
+    /// The best level this CPU has.
+    pub fn detected() -> SimdLevel {
+        static DETECTED: OnceLock<SimdLevel> = OnceLock::new();
+        *DETECTED.get_or_init(|| {
+            SimdLevel::ALL
+                .into_iter()
+                .find(|l| l.is_available())
+                .unwrap_or(SimdLevel::Portable)
+        })
+    }
+
+    /// The levels this CPU has, best first.
+    pub fn available() -> Vec<SimdLevel> {
+        SimdLevel::ALL
+            .into_iter()
+            .filter(|l| l.is_available())
+            .collect()
+    }
+
+    /// The level's name, as `BURN_FUSED_RNN_SIMD` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Avx512 => "avx512",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Portable => "portable",
+        }
+    }
+
+    /// The level that a call on this thread runs at now (Note [SIMD levels]).
+    pub fn current() -> SimdLevel {
+        FORCED
+            .with(Cell::get)
+            .or_else(from_env)
+            .unwrap_or_else(SimdLevel::detected)
+    }
+}
+
+thread_local! {
+    static FORCED: Cell<Option<SimdLevel>> = const { Cell::new(None) };
+}
+
+/// `BURN_FUSED_RNN_SIMD`, read once.
+fn from_env() -> Option<SimdLevel> {
+    static ENV: OnceLock<Option<SimdLevel>> = OnceLock::new();
+    *ENV.get_or_init(|| {
+        let value = std::env::var("BURN_FUSED_RNN_SIMD").ok()?;
+        let level = SimdLevel::ALL
+            .into_iter()
+            .find(|l| l.name() == value.trim());
+        match level {
+            Some(level) if level.is_available() => Some(level),
+            Some(level) => {
+                eprintln!(
+                    "burn-fused-rnn: BURN_FUSED_RNN_SIMD={value}: this CPU lacks {}, using {}",
+                    level.name(),
+                    SimdLevel::detected().name()
+                );
+                None
+            }
+            None => {
+                eprintln!(
+                    "burn-fused-rnn: BURN_FUSED_RNN_SIMD={value}: expected avx512, avx2 or portable; using {}",
+                    SimdLevel::detected().name()
+                );
+                None
+            }
+        }
+    })
+}
+
+/// Runs `f` with the native CPU kernel forced to `level` on this thread: every fused call
+/// that `f` makes from this thread runs at `level` (its worker threads included).
+///
+/// # Panics
+///
+/// If the CPU lacks `level` (see [`SimdLevel::available`]).
+pub fn with_simd_level<R>(level: SimdLevel, f: impl FnOnce() -> R) -> R {
+    assert!(
+        level.is_available(),
+        "expected a SIMD level this CPU has ({:?}), got {level:?}",
+        SimdLevel::available()
+    );
+    struct Restore(Option<SimdLevel>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FORCED.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(FORCED.with(|c| c.replace(Some(level))));
+    f()
+}
+
+/// Runs `op` compiled for `level`.
+///
+/// # Panics
+///
+/// If the CPU lacks `level` (levels come from [`SimdLevel::current`], which only returns
+/// available ones).
+#[inline(always)]
+pub(crate) fn dispatch<Op: WithSimd>(level: SimdLevel, op: Op) -> Op::Output {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512 => Simd::vectorize(
+            pulp::x86::V4::try_new()
+                .expect("the CPU has AVX-512 (checked when the level was chosen)"),
+            op,
+        ),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => Simd::vectorize(
+            pulp::x86::V3::try_new().expect("the CPU has AVX2 (checked when the level was chosen)"),
+            op,
+        ),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Portable => Simd::vectorize(pulp::Scalar::new(), op),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => pulp::Arch::new().dispatch(op),
+    }
+}

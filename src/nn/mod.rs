@@ -1,0 +1,409 @@
+//! Drop-in replacements for burn-nn's recurrent layers, running the fused op inside.
+//!
+//! `Lstm`, `BiLstm`, `Gru`, `BiGru`, `Rnn` and `BiRnn`, with their configs, have burn-nn
+//! 0.21's names, constructor arguments, builder methods, `forward` signatures and state
+//! types (`LstmState` and `RnnState` are burn-nn's own, re-exported), so that a model
+//! written against `burn::nn` moves over by changing its `use` line:
+//!
+//! ```
+//! // use burn::nn::{Lstm, LstmConfig, LstmState};
+//! use burn_fused_rnn::nn::{Lstm, LstmConfig, LstmState};
+//!
+//! use burn::backend::NdArray;
+//! use burn::tensor::{Distribution, Tensor};
+//!
+//! let device = Default::default();
+//! let lstm: Lstm<NdArray> = LstmConfig::new(8, 16, true).init(&device);
+//! let x = Tensor::<NdArray, 3>::random([4, 10, 8], Distribution::Default, &device);
+//! let h0 = Tensor::zeros([4, 16], &device);
+//! let c0 = Tensor::zeros([4, 16], &device);
+//! let (y, state) = lstm.forward(x, Some(LstmState::new(c0, h0))); // burn-nn's order: (cell, hidden)
+//! assert_eq!(y.dims(), [4, 10, 16]);
+//! assert_eq!(state.hidden.dims(), [4, 16]);
+//! ```
+//!
+//! # Note [Drop-in layers]
+//!
+//! - **Same API.** Configs are `XConfig::new(d_input, d_hidden, bias)` with burn-nn's
+//!   fields and defaults (`initializer = XavierNormal { gain: 1.0 }`, `batch_first = true`,
+//!   `reverse`, `clip`, `input_forget`, the activations, GRU's `reset_after`). `forward`
+//!   takes and returns what burn-nn's does: `Lstm` 2-D `LstmState`s, `BiLstm` 3-D ones,
+//!   `Gru` an optional `[batch_size, d_hidden]` state and one output tensor, `BiGru` a
+//!   `[2, batch_size, d_hidden]` state, `Rnn` / `BiRnn` burn-nn's `RnnState`.
+//! - **Same weights' distributions.** Each gate's matrices and biases are drawn by the
+//!   config's initializer with burn-nn's shapes and fans, so a model keeps its
+//!   initialization. They are drawn when `init` runs (eagerly), not at first use.
+//! - **Options beyond burn-nn's.** `num_layers` stacks layers in ONE fused op (layer `k`
+//!   takes layer `k - 1`'s output), `dropout` acts between them in training, `seed` seeds
+//!   the dropout masks. With `num_layers > 1`, `Lstm`, `Gru` and `Rnn` return the top
+//!   layer's final state, and refuse an initial state (a 2-D state holds one layer); the
+//!   `Bi*` layers take and return `[2 * num_layers, batch_size, d_hidden]` states, layer
+//!   `l`'s directions at `2l` (forward) and `2l + 1` (reverse), PyTorch's order.
+//!   `forward_stack` takes and returns every layer's state as this crate's
+//!   [`RnnState`](crate::RnnState), and [`Lstm::fused`] (on each type) gives the fused
+//!   module, e.g. for variable-length batches.
+//! - **What the fused cells cannot compute is refused** when `init` runs, with a panic
+//!   naming the field: `clip`, `input_forget`, activations other than the standard ones
+//!   (sigmoid gates, tanh candidates; tanh or relu for `Rnn`), and `reset_after = false`.
+//!   Use burn-nn's layer for those. `reverse` is supported (the sequence is flipped
+//!   around a forward run).
+//! - **Checkpoints.** A drop-in's record is the canonical [`FusedRnnRecord`](crate::FusedRnnRecord)
+//!   (PyTorch's names and orientation): a file saved from a drop-in loads into a
+//!   [`FusedRnn`] and back, and `try_load_file` / `try_load_record`
+//!   check it (shapes, finite weights, digest). A checkpoint saved from the burn-nn layer
+//!   loads in one call: `load_burn_nn_file(path, &recorder, &device)` (or
+//!   `load_burn_nn_record(record)`), checked against the drop-in's configuration. A
+//!   model-level checkpoint of a model that held burn-nn's layer has burn-nn's record
+//!   layout, not this one: load it into the burn-nn model once, then move each layer over
+//!   with `from_burn_nn` (or its record with `load_burn_nn_record`) and save again.
+//! - **Fields.** `d_hidden`, `batch_first` and `reverse` are public fields, as in burn-nn,
+//!   and `forward` reads `batch_first` and `reverse` from them. burn-nn's other fields
+//!   (`input_gate`, `forward`, ...) do not exist: the weights are the canonical tensors of
+//!   [`Lstm::fused`]. Outputs agree with burn-nn's to float rounding (tested on random
+//!   inputs for every type).
+
+mod dispatch;
+mod gru;
+mod lstm;
+mod rnn;
+
+pub use burn::nn::{LstmState, RnnState};
+pub use gru::{BiGru, BiGruConfig, Gru, GruConfig};
+pub use lstm::{BiLstm, BiLstmConfig, Lstm, LstmConfig};
+pub use rnn::{BiRnn, BiRnnConfig, Rnn, RnnConfig};
+
+use burn::nn::activation::ActivationConfig;
+use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+
+use crate::module::FusedRnn;
+
+/// Panics naming `field` of config `config` when `value` is not what the fused cells
+/// compute; `use_instead` names the burn-nn type that can.
+fn refuse(
+    config: &str,
+    field: &str,
+    value: impl core::fmt::Debug,
+    why: &str,
+    use_instead: &str,
+) -> ! {
+    panic!(
+        "invalid {config}: {why}, got {field} = {value:?}; the fused op cannot compute it (use \
+         burn::nn::{use_instead} for this option)"
+    )
+}
+
+/// Whether `activation` is `expected` (`"Sigmoid"`, `"Tanh"` or `"Relu"`).
+fn is_activation(activation: &ActivationConfig, expected: &str) -> bool {
+    matches!(
+        (activation, expected),
+        (ActivationConfig::Sigmoid, "Sigmoid")
+            | (ActivationConfig::Tanh, "Tanh")
+            | (ActivationConfig::Relu, "Relu")
+    )
+}
+
+/// Refuses an activation other than `expected` in field `field`.
+fn check_activation(
+    config: &str,
+    field: &str,
+    activation: &ActivationConfig,
+    expected: &str,
+    use_instead: &str,
+) {
+    if !is_activation(activation, expected) {
+        refuse(
+            config,
+            field,
+            activation,
+            &format!("expected {field} = ActivationConfig::{expected}"),
+            use_instead,
+        );
+    }
+}
+
+/// Refuses `clip = Some(..)`.
+fn check_clip(config: &str, clip: Option<f64>, what: &str, use_instead: &str) {
+    if clip.is_some() {
+        refuse(
+            config,
+            "clip",
+            clip,
+            &format!("expected clip = None (the fused cells, as cuDNN's, do not clip the {what})"),
+            use_instead,
+        );
+    }
+}
+
+/// `x` with its time axis reversed (axis 1 batch-first, 0 otherwise).
+fn flip_time<B: Backend>(x: Tensor<B, 3>, batch_first: bool) -> Tensor<B, 3> {
+    x.flip([if batch_first { 1 } else { 0 }])
+}
+
+/// The fused module's forward over full-length sequences (Note [Drop-in dispatch]), in
+/// the layout `batch_first` (the layer's public field, which may differ from the fused
+/// module's), with the time axis flipped around it for a `reverse` layer.
+fn run<B: Backend>(
+    fused: &FusedRnn<B>,
+    batch_first: bool,
+    reverse: bool,
+    input: Tensor<B, 3>,
+    state: Option<crate::RnnState<B>>,
+) -> (Tensor<B, 3>, crate::RnnState<B>) {
+    let swap = batch_first != fused.batch_first();
+    let input = if swap { input.swap_dims(0, 1) } else { input };
+    let inner = fused.batch_first();
+    let (y, state) = if reverse {
+        let (y, state) = dispatch::forward(fused, flip_time(input, inner), state);
+        (flip_time(y, inner), state)
+    } else {
+        dispatch::forward(fused, input, state)
+    };
+    (if swap { y.swap_dims(0, 1) } else { y }, state)
+}
+
+/// A one-layer state `[batch_size, H]` as the `[1, batch_size, H]` state of the fused
+/// module, which must have one layer and one direction.
+///
+/// # Panics
+///
+/// If the module has more than one layer: a 2-D state holds one layer's.
+fn one_layer<B: Backend>(fused: &FusedRnn<B>, name: &str, t: Tensor<B, 2>) -> Tensor<B, 3> {
+    let layers = fused.spec().num_layers;
+    assert!(
+        layers == 1,
+        "expected no initial state for a {name} with num_layers = {layers} (a 2-D state \
+         [batch_size, d_hidden] holds one layer's), got one of shape {:?}; use forward_stack \
+         for the states of every layer",
+        t.dims()
+    );
+    t.unsqueeze_dim(0)
+}
+
+/// The top layer's part `[batch_size, H]` of a `[L, batch_size, H]` state.
+fn top_layer<B: Backend>(t: Tensor<B, 3>) -> Tensor<B, 2> {
+    let [n, _, _] = t.dims();
+    t.narrow(0, n - 1, 1).squeeze_dim(0)
+}
+
+/// The device of a module's weights.
+fn device_of<B: Backend>(fused: &FusedRnn<B>) -> B::Device {
+    fused.cells[0].weight_hh.lazy_device()
+}
+
+/// Implements `Module`, `AutodiffModule` and the display traits for a drop-in layer
+/// `$name { fused: FusedRnn<B>, d_hidden, batch_first, reverse }` by delegating to the
+/// fused module: its record is the fused module's, the canonical
+/// [`FusedRnnRecord`](crate::FusedRnnRecord).
+macro_rules! drop_in_module {
+    ($name:ident) => {
+        impl<B: burn::tensor::backend::Backend> burn::module::Module<B> for $name<B> {
+            type Record = crate::FusedRnnRecord<B>;
+
+            fn load_record(self, record: Self::Record) -> Self {
+                Self {
+                    fused: self.fused.load_record(record),
+                    ..self
+                }
+            }
+
+            fn into_record(self) -> Self::Record {
+                self.fused.into_record()
+            }
+
+            fn num_params(&self) -> usize {
+                burn::module::Module::num_params(&self.fused)
+            }
+
+            fn visit<Visitor: burn::module::ModuleVisitor<B>>(&self, visitor: &mut Visitor) {
+                self.fused.visit(visitor)
+            }
+
+            fn map<Mapper: burn::module::ModuleMapper<B>>(self, mapper: &mut Mapper) -> Self {
+                Self {
+                    fused: self.fused.map(mapper),
+                    ..self
+                }
+            }
+
+            fn collect_devices(
+                &self,
+                devices: burn::module::Devices<B>,
+            ) -> burn::module::Devices<B> {
+                self.fused.collect_devices(devices)
+            }
+
+            fn to_device(self, device: &B::Device) -> Self {
+                Self {
+                    fused: self.fused.to_device(device),
+                    ..self
+                }
+            }
+
+            fn fork(self, device: &B::Device) -> Self {
+                Self {
+                    fused: self.fused.fork(device),
+                    ..self
+                }
+            }
+        }
+
+        impl<B: burn::tensor::backend::AutodiffBackend> burn::module::AutodiffModule<B>
+            for $name<B>
+        {
+            type InnerModule = $name<B::InnerBackend>;
+
+            fn valid(&self) -> Self::InnerModule {
+                $name {
+                    fused: self.fused.valid(),
+                    d_hidden: self.d_hidden,
+                    batch_first: self.batch_first,
+                    reverse: self.reverse,
+                }
+            }
+
+            fn from_inner(module: Self::InnerModule) -> Self {
+                $name {
+                    fused: crate::FusedRnn::from_inner(module.fused),
+                    d_hidden: module.d_hidden,
+                    batch_first: module.batch_first,
+                    reverse: module.reverse,
+                }
+            }
+        }
+
+        impl<B: burn::tensor::backend::AutodiffBackend> burn::module::HasAutodiffModule<B>
+            for $name<B::InnerBackend>
+        {
+            type TrainModule = $name<B>;
+        }
+
+        impl<B: burn::tensor::backend::Backend> core::fmt::Display for $name<B> {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                write!(
+                    f,
+                    "{}",
+                    burn::module::ModuleDisplay::format(self, Default::default())
+                )
+            }
+        }
+
+        impl<B: burn::tensor::backend::Backend> burn::module::ModuleDisplayDefault for $name<B> {
+            fn content(&self, content: burn::module::Content) -> Option<burn::module::Content> {
+                let spec = self.fused.spec();
+                content
+                    .set_top_level_type(stringify!($name))
+                    .add("d_input", &spec.d_input)
+                    .add("d_hidden", &spec.d_hidden)
+                    .add("bias", &spec.bias)
+                    .add("num_layers", &spec.num_layers)
+                    .add("batch_first", &self.batch_first)
+                    .add("reverse", &self.reverse)
+                    .optional()
+            }
+
+            fn num_params(&self) -> usize {
+                burn::module::Module::num_params(self)
+            }
+        }
+
+        impl<B: burn::tensor::backend::Backend> burn::module::ModuleDisplay for $name<B> {}
+
+        impl<B: burn::tensor::backend::Backend> $name<B> {
+            /// The layer holding `fused`, with its settings.
+            fn wrap(fused: crate::FusedRnn<B>, reverse: bool) -> Self {
+                $name {
+                    d_hidden: fused.spec().d_hidden,
+                    batch_first: fused.batch_first(),
+                    reverse,
+                    fused,
+                }
+            }
+
+            /// The fused module inside: its canonical weights (`fused().cells`), its
+            /// configuration, and forwards with variable lengths
+            /// ([`FusedRnn::forward_with_lengths`](crate::FusedRnn::forward_with_lengths);
+            /// for a `reverse` layer, flip the sequences around it yourself).
+            pub fn fused(&self) -> &crate::FusedRnn<B> {
+                &self.fused
+            }
+
+            /// The fused module inside, by value.
+            pub fn into_fused(self) -> crate::FusedRnn<B> {
+                self.fused
+            }
+
+            /// Loads a record after checking it against this layer's configuration (the
+            /// checks of [`FusedRnn::try_load_record`](crate::FusedRnn::try_load_record)).
+            ///
+            /// # Errors
+            ///
+            /// As [`FusedRnn::try_load_record`](crate::FusedRnn::try_load_record).
+            pub fn try_load_record(
+                self,
+                record: crate::FusedRnnRecord<B>,
+            ) -> Result<Self, crate::FusedRnnLoadError> {
+                Ok(Self {
+                    fused: self.fused.try_load_record(record)?,
+                    ..self
+                })
+            }
+
+            /// Loads a checkpoint saved from this type (or from a
+            /// [`FusedRnn`](crate::FusedRnn) of the same configuration), checked as
+            /// [`FusedRnn::try_load_file`](crate::FusedRnn::try_load_file) checks it.
+            ///
+            /// # Errors
+            ///
+            /// As [`FusedRnn::try_load_file`](crate::FusedRnn::try_load_file).
+            pub fn try_load_file<FR, PB>(
+                self,
+                path: PB,
+                recorder: &FR,
+                device: &B::Device,
+            ) -> Result<Self, crate::FusedRnnLoadError>
+            where
+                FR: burn::record::FileRecorder<B>,
+                PB: Into<std::path::PathBuf>,
+            {
+                Ok(Self {
+                    fused: self.fused.try_load_file(path, recorder, device)?,
+                    ..self
+                })
+            }
+
+            /// Loads a checkpoint file saved from burn-nn's layer of the same name
+            /// (`burn::nn::X::save_file`, any recorder), checked against this layer's
+            /// configuration: sizes, bias, finite weights. One call replaces the
+            /// weights; the layer keeps its own settings (layout, `reverse`, dropout).
+            ///
+            /// # Errors
+            ///
+            /// [`InteropError::Io`](crate::interop::InteropError::Io) when the recorder
+            /// cannot read the file as that layer's record, and the errors of
+            /// [`Self::load_burn_nn_record`].
+            pub fn load_burn_nn_file<FR, PB>(
+                self,
+                path: PB,
+                recorder: &FR,
+                device: &B::Device,
+            ) -> Result<Self, crate::interop::InteropError>
+            where
+                FR: burn::record::FileRecorder<B>,
+                PB: Into<std::path::PathBuf>,
+            {
+                let path = path.into();
+                let record =
+                    burn::record::Recorder::load(recorder, path.clone(), device).map_err(|e| {
+                        crate::interop::InteropError::Io {
+                            path,
+                            source: Box::new(e),
+                        }
+                    })?;
+                self.load_burn_nn_record(record)
+            }
+        }
+    };
+}
+
+use drop_in_module;
