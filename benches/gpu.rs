@@ -93,16 +93,9 @@ impl Row {
 /// Lengths uniform in `[seq / 4, seq]` from splitmix64 (`torch_rnn.py` has the same).
 fn lengths(batch: usize, seq: usize, seed: u64) -> Vec<usize> {
     let low = seq / 4;
-    let mut state = seed;
+    let mut rng = burn_fused_rnn::random::SplitMix64::new(seed);
     (0..batch)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            low + (z % (seq - low + 1) as u64) as usize
-        })
+        .map(|_| low + (rng.next_u64() % (seq - low + 1) as u64) as usize)
         .collect()
 }
 

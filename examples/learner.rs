@@ -137,13 +137,8 @@ struct Sequence {
 /// `count` sequences, deterministic in `seed`: class `c` holds `c + 1` periods of a sine
 /// of random amplitude and phase, plus noise.
 fn sequences(count: usize, seed: u64) -> Vec<Sequence> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut uniform = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 11) as f32 / (1u64 << 53) as f32
-    };
+    let mut rng = burn_fused_rnn::random::SplitMix64::new(seed);
+    let mut uniform = move || rng.next_f64() as f32;
     (0..count)
         .map(|i| {
             let label = i % CLASSES;

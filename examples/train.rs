@@ -49,13 +49,8 @@ impl<B: FusedRnnBackend> SinePredictor<B> {
 /// A batch of noisy sine waves (input) and the same waves one step later (target),
 /// deterministic in `seed`.
 fn batch<B: Backend>(seed: u64, device: &B::Device) -> (Tensor<B, 3>, Tensor<B, 3>) {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut uniform = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f32 / (1u64 << 53) as f32
-    };
+    let mut rng = burn_fused_rnn::random::SplitMix64::new(seed);
+    let mut uniform = move || rng.next_f64() as f32;
     let (mut xs, mut ys) = (Vec::new(), Vec::new());
     for _ in 0..BATCH {
         let (freq, phase) = (0.2 + 0.3 * uniform(), std::f32::consts::TAU * uniform());

@@ -24,8 +24,8 @@ use burn::tensor::Tensor;
 
 use crate::backend::FusedRnnBackend;
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::{float, prim};
 use crate::op_types::{RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
-use crate::reference::{float, prim};
 
 static BACKWARD_CALLS: AtomicUsize = AtomicUsize::new(0);
 static TRACKED_FORWARDS: AtomicUsize = AtomicUsize::new(0);

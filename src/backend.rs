@@ -39,7 +39,7 @@ pub trait FusedRnnBackend: Backend {
     /// registered. Must match what [`fused_rnn_forward_training`] returns exactly.
     ///
     /// The default is the reference's Note [Reserve layout] ([`reference::reserve_shapes`]),
-    /// in [`reference::compute_dtype`] of `dtype`.
+    /// in [`crate::op_types::compute_dtype`] of `dtype`.
     ///
     /// [`fused_rnn_forward_training`]: FusedRnnBackend::fused_rnn_forward_training
     fn fused_rnn_reserve_layout(

@@ -3,8 +3,8 @@
 
 use core::hash::{Hash, Hasher};
 
-use crate::config::RnnSpec;
 use crate::layout::params_size;
+use crate::spec::RnnSpec;
 
 /// Dropout between layers: probability and seed.
 ///

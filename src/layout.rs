@@ -30,7 +30,7 @@
 //! PyTorch's `flatten_parameters` produces and what cuDNN's weight space holds (on CUDA the
 //! cuDNN offsets are still checked against this table, never assumed).
 
-use crate::config::RnnSpec;
+use crate::spec::RnnSpec;
 
 /// The kind of one canonical tensor of a pseudo-layer, in flat order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -18,6 +18,7 @@ pub mod cube;
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cudnn;
 pub mod descriptor;
+mod dropout;
 #[cfg(feature = "fusion")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fusion")))]
 pub mod fusion;
@@ -27,13 +28,15 @@ mod module;
 pub mod nn;
 pub mod op_types;
 pub mod ops;
+pub mod random;
 pub mod reference;
+pub mod spec;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use backend::FusedRnnBackend;
-pub use config::{FusedRnnConfig, InputMode, RnnMode, RnnSpec};
+pub use config::FusedRnnConfig;
 pub use descriptor::{DropoutSpec, RnnDescriptor};
 pub use layout::{params_size, ParamKind, RnnLayout};
 pub use module::{
@@ -42,6 +45,7 @@ pub use module::{
 };
 pub use op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 pub use ops::{fused_rnn, reserve_bytes, FusedRnnOutput};
+pub use spec::{InputMode, RnnMode, RnnSpec};
 
 /// The SIMD level of the native CPU kernel (NdArray, Flex): detected, set for a process by
 /// `BURN_FUSED_RNN_SIMD`, or forced on a thread with [`with_simd_level`] (Note [SIMD

@@ -4,9 +4,39 @@
 //! CPU kernel, cuDNN, fusion, autodiff) and by the trait in [`crate::backend`]. They sit
 //! below all of those, so that data flows one way: descriptor → op types →
 //! implementations → trait → module.
+//!
+//! The semantics every implementation follows are written down here, once:
+//!
+//! # Note [Variable lengths]
+//!
+//! Sequence `b` is valid for steps `t < len[b]`. At an invalid step the state is held and
+//! the output is zero, so: the forward direction's final state is the state after step
+//! `len[b] - 1`; the reverse direction scans `t = T-1 .. 0` and holds its initial state until
+//! `t = len[b] - 1`, so it starts at each sequence's own last step; a length of 0 gives zero
+//! outputs and final states equal to the initial states.
+//!
+//! # Note [Padding never leaks]
+//!
+//! Whatever the padded slots of the input (or of the output gradient) hold, NaN and
+//! infinities included, changes no output and no gradient. Every implementation uses
+//! *select* semantics at invalid steps (keep the old state, write a zero), never a
+//! multiplication by a 0/1 mask, since `NaN · 0 = NaN` (the reference: `mask_where` /
+//! `mask_fill`), and the padded rows of `x` are zeroed before the weight gradient
+//! `dW_ih = dG^T x` reads them. cuDNN with padded IO behaves the same (checked on an H100).
+//!
+//! # Note [Half precision]
+//!
+//! F16 and BF16 inputs run in F32: the entry points cast `x`, the states, the weights and
+//! the output gradients up once, compute everything (GEMM accumulation, the recurrence,
+//! the reserve) in F32, and cast the results back to the input's dtype once. A recurrence
+//! run in half precision would round the state at every step, and the exp-based
+//! activations (Note [Activations through exp] in the reference's `cell`) overflow F16 at
+//! `|x| > 11`. The only half-precision rounding left is that of the inputs and outputs
+//! themselves.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Tensor, TensorMetadata, TensorPrimitive};
 
 /// The tensors one call of the fused op reads.
 ///
@@ -149,6 +179,53 @@ impl ReserveTag {
             9 => Some(ReserveTag::Cube),
             _ => None,
         }
+    }
+}
+
+/// A float primitive as a Burn tensor of rank `D`.
+pub(crate) fn float<B: Backend, const D: usize>(t: B::FloatTensorPrimitive) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// A Burn float tensor as its primitive.
+pub(crate) fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> B::FloatTensorPrimitive {
+    t.into_primitive().tensor()
+}
+
+/// The dtype every implementation computes in for inputs of `dtype` (Note [Half
+/// precision]).
+pub fn compute_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::BF16 => DType::F32,
+        other => other,
+    }
+}
+
+/// `t` in `dtype`, without a copy when it already is.
+pub(crate) fn cast<B: Backend>(t: FloatTensor<B>, dtype: DType) -> FloatTensor<B> {
+    if t.dtype() == dtype {
+        t
+    } else {
+        B::float_cast(t, dtype.into())
+    }
+}
+
+/// `inputs` in `dtype` (Note [Half precision]).
+pub(crate) fn cast_inputs<B: Backend>(inputs: RnnInputs<B>, dtype: DType) -> RnnInputs<B> {
+    RnnInputs {
+        x: cast::<B>(inputs.x, dtype),
+        h0: inputs.h0.map(|t| cast::<B>(t, dtype)),
+        c0: inputs.c0.map(|t| cast::<B>(t, dtype)),
+        weights: cast::<B>(inputs.weights, dtype),
+    }
+}
+
+/// `out` in `dtype` (Note [Half precision]).
+pub(crate) fn cast_output<B: Backend>(out: RnnOutput<B>, dtype: DType) -> RnnOutput<B> {
+    RnnOutput {
+        y: cast::<B>(out.y, dtype),
+        h_n: cast::<B>(out.h_n, dtype),
+        c_n: out.c_n.map(|t| cast::<B>(t, dtype)),
     }
 }
 

@@ -5,7 +5,7 @@ use burn::tensor::{DType, Tensor};
 use crate::backend::FusedRnnBackend;
 use crate::descriptor::RnnDescriptor;
 use crate::op_types::RnnInputs;
-use crate::reference::{float, prim};
+use crate::op_types::{float, prim};
 
 /// Result of [`fused_rnn`]: output sequence and final states.
 #[derive(Debug, Clone)]
@@ -37,7 +37,7 @@ pub struct FusedRnnOutput<B: FusedRnnBackend> {
 ///
 /// Every tensor must have the input's dtype, a float dtype the backend supports
 /// ([`Backend::supports_dtype`](burn::tensor::backend::Backend::supports_dtype)). F16 and BF16 compute in F32 on the reference path
-/// (Note [Half precision] in [`crate::reference`]); outputs have the input's dtype.
+/// (Note [Half precision] in [`crate::op_types`]); outputs have the input's dtype.
 ///
 /// # Panics
 ///

@@ -44,7 +44,7 @@
 //!
 //! # Garbage padding
 //!
-//! Padding must never leak (Note [Padding never leaks] in [`crate::reference`]). In the
+//! Padding must never leak (Note [Padding never leaks] in [`crate::op_types`]). In the
 //! garbage-padding cases (2-layer bidirectional, variable lengths, every mode, LSTM also
 //! with projection, both layouts) every padded slot of the backend's `x` and of the output
 //! gradient `dy` holds NaN, ±inf or ±1e30, while the reference runs on the same inputs with
@@ -70,6 +70,10 @@
 //! [`ParityFailure`] names the case, the dtype, the tensor, the worst element's index and
 //! both values, e.g. `case lstm-L2-bi-proj3-varlen-batch_first, F32: dweights[weight_hh_l1]
 //! at [3, 1]: got 0.1243, expected 0.1241 (|diff| 2.0e-4 > 1.2e-5 allowed)`.
+//!
+//! One file although it passes 700 lines: it is the public suite a backend author reads
+//! (the grid, the runner, the comparison and [`testgen!`](crate::testgen) together), and
+//! about 100 lines of it are its own tests.
 
 use std::fmt;
 
@@ -78,12 +82,13 @@ use burn::backend::NdArray;
 use burn::tensor::{DType, Tensor, TensorData};
 
 use crate::backend::FusedRnnBackend;
-use crate::config::{FusedRnnConfig, InputMode, RnnMode};
+use crate::config::FusedRnnConfig;
 use crate::descriptor::{DropoutSpec, RnnDescriptor};
 use crate::layout::RnnLayout;
-use crate::op_types::{RnnInputs, RnnOutputGrads};
+use crate::op_types::{float, prim, RnnInputs, RnnOutputGrads};
 use crate::ops::fused_rnn;
-use crate::reference::{float, prim};
+use crate::random::SplitMix64;
+use crate::spec::{InputMode, RnnMode};
 
 /// The reference backend the suite compares against.
 pub type Reference = NdArray<f64>;
@@ -315,17 +320,8 @@ impl std::error::Error for ParityFailure {}
 
 /// SplitMix64 values in `[-scale, scale)`: the same inputs on every backend and run.
 fn values(seed: u64, n: usize, scale: f64) -> Vec<f64> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            ((z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale
-        })
-        .collect()
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| rng.next_symmetric(scale)).collect()
 }
 
 /// One input of a case: its shape and values, already rounded to the dtype under test.

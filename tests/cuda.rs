@@ -127,17 +127,8 @@ fn parity_suite_on_cuda_with_each_algorithm() {
 /// Seeded values in `[-scale, scale)` (splitmix64), rounded to `dtype` so that both sides
 /// compute on the same numbers.
 fn values(n: usize, seed: u64, scale: f64, dtype: DType) -> Vec<f64> {
-    let mut state = seed;
-    let raw: Vec<f64> = (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            ((z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale
-        })
-        .collect();
+    let mut rng = burn_fused_rnn::random::SplitMix64::new(seed);
+    let raw: Vec<f64> = (0..n).map(|_| rng.next_symmetric(scale)).collect();
     TensorData::new(raw, [n])
         .convert_dtype(dtype)
         .convert_dtype(DType::F64)

@@ -8,7 +8,7 @@
 //! `dG^T · h_prev`), and the layer input's gradient `dG · W_ih`, which, through the
 //! dropout mask, is the output gradient of the layer below.
 //!
-//! Padded rows (Note [Padding never leaks] in [`crate::reference`]): their gradient rows
+//! Padded rows (Note [Padding never leaks] in [`crate::op_types`]): their gradient rows
 //! are written as zeros, the carried `dh`/`dc` pass them unchanged, and the padded rows of
 //! the caller's `x` and `dy` are never read (x's are zeroed in a copy before `dG^T x`).
 
@@ -24,8 +24,8 @@ use super::schedule::{
     direction_threads, for_rows, gemm_threads, per_direction, step_threads, PARALLEL_WORK,
 };
 use super::simd::dispatch;
-use crate::config::RnnMode;
 use crate::layout::ParamKind;
+use crate::spec::RnnMode;
 
 /// Output gradients, on the host; `None` is zero.
 pub(crate) struct OutputGrads<'a, T> {

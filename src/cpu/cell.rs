@@ -5,7 +5,7 @@
 //!
 //! Each function slices its operands to exactly the units it works on first, so the loops carry no
 //! bounds checks and vectorise (Note [Activations] in `super::float`). Callers run them
-//! only on valid rows (Note [Padding never leaks] in [`crate::reference`]).
+//! only on valid rows (Note [Padding never leaks] in [`crate::op_types`]).
 //!
 //! Forward, per row: `pre = xw + acc + bias` (`xw` the input projection, `acc` the
 //! recurrent GEMM `h W_hh^T`), the activations, the cell update and the new state, written

@@ -17,7 +17,7 @@
 //!   product and the cell update of its rows, so the only synchronisation is the end of
 //!   the step. The two directions of a layer run concurrently, each with half the threads.
 //! - **Padding**: a row past its sequence's length holds its state and writes a zero
-//!   output (Note [Padding never leaks] in [`crate::reference`]); its product is computed
+//!   output (Note [Padding never leaks] in [`crate::op_types`]); its product is computed
 //!   with its tile and ignored.
 //! - **Projection** (LSTM `proj_size`): the cell writes `o ∘ tanh(c')`, then one GEMM per
 //!   step projects the rows and the select runs on the result.
@@ -32,8 +32,8 @@ use super::packed::{Lane, Packed, SLOTS};
 use super::plan::{dropped, state_of, step_rows, CellWeights, Inputs, Plan, ReserveLayout};
 use super::schedule::{direction_threads, gemm_threads, per_direction, step_threads};
 use super::simd::dispatch;
-use crate::config::RnnMode;
 use crate::op_types::ReserveTag;
+use crate::spec::RnnMode;
 
 /// The outputs of one call.
 pub(crate) struct Outputs<T> {

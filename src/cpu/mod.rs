@@ -34,9 +34,9 @@
 //!   leaks] in [`crate::reference`]).
 //!
 //! F64 runs in `f64`, F32 in `f32`; F16 and BF16 (Flex) are converted to `f32` on entry and
-//! back on exit, like the reference (Note [Half precision] in [`crate::reference`]).
+//! back on exit, like the reference (Note [Half precision] in [`crate::op_types`]).
 //! Dropout masks are those of the reference, bit for bit (Note [Dropout masks] in
-//! [`crate::reference`]).
+//! `crate::dropout`).
 //!
 //! The reference stays the oracle: the backend-parity suite ([`crate::testing`]) compares
 //! this kernel, through `NdArray<f64>`, `NdArray<f32>` and Flex, with the reference run on

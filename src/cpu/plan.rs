@@ -25,7 +25,7 @@
 //! for F16/BF16 inputs `y` is rounded, so the F32 output of the last layer is kept too.
 //! Nothing else is kept: the state entering a step is the previous step's output (or
 //! `h0`), dropout masks are recomputed from the seed (Note [Dropout masks] in
-//! `crate::reference`), and `tanh(c')` is recomputed from the gates. Padded rows are never
+//! `crate::dropout`), and `tanh(c')` is recomputed from the gates. Padded rows are never
 //! read. The backward overwrites the gate rows with the gates' gradients in place, so a
 //! training step needs no second buffer of that size. Size in elements:
 //!
@@ -36,10 +36,10 @@ use core::ops::Range;
 use super::float::Float;
 use super::packed::Packed;
 use super::simd::SimdLevel;
-use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
+use crate::dropout::LayerMask;
 use crate::layout::{ParamKind, RnnLayout};
-use crate::reference::dropout::LayerMask;
+use crate::spec::{RnnMode, RnnSpec};
 
 /// Sizes and orders of one call.
 #[derive(Debug)]
@@ -302,7 +302,7 @@ pub(crate) fn step_rows<'s, R>(plan: &Plan<'_>, rows: &'s mut [R], t: usize) -> 
 }
 
 /// Applies layer `layer`'s dropout mask to its input (Note [Dropout masks] in
-/// `crate::reference`): a copy of `input` with every element scaled by its mask factor.
+/// `crate::dropout`): a copy of `input` with every element scaled by its mask factor.
 pub(crate) fn dropped<T: Float>(plan: &Plan<'_>, layer: usize, input: &[T]) -> Vec<T> {
     let mask = LayerMask::new(plan.desc, layer);
     let f = plan.nd * plan.p;

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use super::packed::{Lane, Packed};
 use super::plan::Plan;
 use super::simd::SimdLevel;
-use crate::config::RnnSpec;
+use crate::spec::RnnSpec;
 
 /// Networks the cache holds at most.
 pub(crate) const ENTRIES: usize = 4;

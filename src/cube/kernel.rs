@@ -12,6 +12,10 @@
 //! (`ROWS` per cube), `z` the directions: both directions of a layer run in one launch,
 //! direction 0 at step `t = s`, direction 1 at `t = T - 1 - s` (and the reverse in the
 //! backward).
+//!
+//! One file although it passes 700 lines: the kernels share the device-side helpers at
+//! the top (activations, tile loads, the cell's math), which CubeCL expands into each
+//! kernel, and the forward and backward kernels of one cell read best side by side.
 
 use cubecl::prelude::*;
 

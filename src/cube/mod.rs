@@ -20,9 +20,9 @@
 //!
 //! Every feature of the op is there, with the reference's semantics: the four modes,
 //! layers, directions, LSTM projection, skip input, no bias, variable lengths (Note
-//! [Variable lengths] and Note [Padding never leaks] in [`crate::reference`]), both
+//! [Variable lengths] and Note [Padding never leaks] in [`crate::op_types`]), both
 //! layouts, initial states, and dropout between layers with the reference's masks bit for
-//! bit (computed on the host and uploaded, Note [Dropout masks] in [`crate::reference`]).
+//! bit (computed on the host and uploaded, Note [Dropout masks] in `crate::dropout`).
 //! F16 and BF16 inputs are computed in F32, like the reference (Note [Half precision] in
 //! [`crate::reference`]): the inputs are cast up once, the results cast back once.
 //!
@@ -193,7 +193,7 @@ fn output<B: CubeOps>(
     dtype: DType,
 ) -> RnnOutput<B> {
     let back = |t: CubeTensor<B::Runtime>, shape: &[usize]| {
-        reference::cast::<B>(forward::with_shape(t, shape), dtype)
+        crate::op_types::cast::<B>(forward::with_shape(t, shape), dtype)
     };
     RnnOutput {
         y: back(out.y, &desc.output_shape()),
@@ -301,7 +301,7 @@ pub(crate) fn backward<B: CubeOps>(
         .collect();
     let g = backward::backward::<B>(&plan, inputs, reserve, grads);
     let back = |t: CubeTensor<B::Runtime>, shape: &[usize]| {
-        reference::cast::<B>(forward::with_shape(t, shape), dtype)
+        crate::op_types::cast::<B>(forward::with_shape(t, shape), dtype)
     };
     RnnGrads {
         dx: back(g.dx, &desc.input_shape()),

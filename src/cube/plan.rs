@@ -10,10 +10,10 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use cubecl::prelude::*;
 
 use super::kernel::{self, gate_row_blocks, num_gates};
-use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
+use crate::dropout::LayerMask;
 use crate::layout::{ParamKind, RnnLayout};
-use crate::reference::dropout::LayerMask;
+use crate::spec::{RnnMode, RnnSpec};
 
 /// A CubeCL backend: Burn's `CubeBackend` on any runtime (Wgpu, CUDA, ...).
 pub(crate) trait CubeOps: Backend<FloatTensorPrimitive = CubeTensor<Self::Runtime>> {
@@ -249,7 +249,7 @@ pub(crate) fn fits(desc: &RnnDescriptor) -> bool {
 
 /// `t` as a contiguous, packed `F32` tensor (cast when needed).
 pub(crate) fn f32_contiguous<B: CubeOps>(t: CubeTensor<B::Runtime>) -> CubeTensor<B::Runtime> {
-    let t = crate::reference::cast::<B>(t, DType::F32);
+    let t = crate::op_types::cast::<B>(t, DType::F32);
     into_contiguous(t)
 }
 
@@ -393,7 +393,7 @@ pub(crate) fn zero_padded_rows<R: CubeRuntime>(
 }
 
 /// The scaled keep mask of `layer`'s input, `[T·B, D·P]` in the call's row order,
-/// computed on the host (Note [Dropout masks] in `crate::reference`) and uploaded.
+/// computed on the host (Note [Dropout masks] in `crate::dropout`) and uploaded.
 pub(crate) fn dropout_mask<R: CubeRuntime>(
     plan: &Plan<'_>,
     layer: usize,

@@ -86,9 +86,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use burn::tensor::DType;
 use cudarc::cudnn::sys;
 
-use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
 use crate::op_types::ReserveTag;
+use crate::spec::{RnnMode, RnnSpec};
 
 /// The cuDNN RNN algorithm of the CUDA backend ([`super::set_algorithm`]; Note [RNN
 /// algorithms] in this module's source, summarized in the README's GPU section).

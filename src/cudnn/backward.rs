@@ -18,8 +18,8 @@ use super::profile::{Laps, Op, Phase};
 use super::protocol::{empty, shape, Cuda, CudaTensor, Gpu, Launch};
 use super::weights::from_weight_space;
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::{float, prim};
 use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
-use crate::reference::{float, prim};
 
 /// The algorithm and TF32 setting of a cuDNN reserve (one 1-D F32 buffer, Note [Reserve
 /// tag] on `crate::op_types::ReserveTag`); `None` for any other reserve (the reference's:

@@ -26,9 +26,9 @@ use super::ffi::{self, Buffers, DropoutDesc, Error, RnnDesc, TensorDesc};
 use super::network::{Dropout, Network, Prepared};
 use super::protocol::Gpu;
 use super::weights::{self, WeightPlan, WeightSlot};
-use crate::config::RnnSpec;
 use crate::descriptor::RnnDescriptor;
 use crate::layout::RnnLayout;
+use crate::spec::RnnSpec;
 
 /// [`Build`] on one device through cuDNN. The device's context is current (the state's
 /// lookups bind it first).

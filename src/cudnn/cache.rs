@@ -13,8 +13,8 @@ use burn::tensor::DType;
 
 use super::algorithm::{Algo, Pass, Settings};
 use super::ffi::Error;
-use crate::config::RnnSpec;
 use crate::descriptor::RnnDescriptor;
+use crate::spec::RnnSpec;
 
 /// What a call shape depends on besides its network.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -347,10 +347,11 @@ impl<D, N, C> Cache<D, N, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{FusedRnnConfig, RnnMode};
+    use crate::config::FusedRnnConfig;
     use crate::cudnn::algorithm::{self, DeviceInfo, RnnAlgorithm};
     use crate::cudnn::ffi::CudnnError;
     use crate::descriptor::DropoutSpec;
+    use crate::spec::RnnMode;
     use cudarc::cudnn::sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED;
     use std::collections::HashSet;
 

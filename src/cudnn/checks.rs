@@ -9,8 +9,8 @@ use super::network::Prepared;
 use super::protocol::{shape, Cuda, CudaTensor};
 use super::weights::to_weight_space;
 use crate::descriptor::RnnDescriptor;
+use crate::op_types::{float, prim};
 use crate::op_types::{RnnInputs, RnnOutput, RnnOutputGrads};
-use crate::reference::{float, prim};
 
 /// The shape and dtype checks `fused_rnn` makes, and the device, repeated here because
 /// the trait's methods are public and safe and cuDNN trusts every pointer and size: a

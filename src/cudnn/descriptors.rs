@@ -13,8 +13,8 @@ use cudarc::cudnn::sys;
 
 use super::algorithm::Algo;
 use super::ffi::{self, int, CudnnError, DropoutDesc, Error, RnnDataDesc, RnnDesc, TensorDesc};
-use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
+use crate::spec::{RnnMode, RnnSpec};
 
 /// `CUDNN_RNN_PADDED_IO_ENABLED`: a `#define` cudarc does not export.
 const PADDED_IO_ENABLED: u32 = 1;
@@ -201,6 +201,8 @@ mod tests {
             (DType::F16, false),
             (DType::BF16, false),
         ];
+        // The one import that runs back up the layering (test code only): the descriptors
+        // are checked on the very cases the parity suite runs, so that the two cannot drift.
         let cases = crate::testing::parity_cases();
         let (mut checked, mut persistent_accepted, mut persistent_refused) = (0, 0, 0);
         for case in &cases {

@@ -28,8 +28,8 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use crate::config::RnnMode;
 use crate::layout::{ParamKind, RnnLayout};
+use crate::spec::RnnMode;
 
 /// What `cudnnGetRNNWeightParams` reported for one linear-layer id of one pseudo-layer:
 /// `(offset, len)` of its matrix and of its bias, in elements, `None` where cuDNN returned
@@ -237,7 +237,8 @@ pub(crate) fn from_weight_space<B: Backend>(plan: &WeightPlan, dw: Tensor<B, 1>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{FusedRnnConfig, InputMode};
+    use crate::config::FusedRnnConfig;
+    use crate::spec::InputMode;
 
     /// The slots cuDNN would report for a weight space laid out exactly canonically.
     fn canonical_slots(layout: &RnnLayout) -> Vec<WeightSlot> {

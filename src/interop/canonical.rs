@@ -8,9 +8,10 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Element, Tensor, TensorData};
 
 use super::InteropError;
-use crate::config::{FusedRnnConfig, InputMode, RnnMode};
+use crate::config::FusedRnnConfig;
 use crate::layout::{param_name, ParamKind, RnnLayout};
 use crate::module::FusedRnn;
+use crate::spec::{InputMode, RnnMode};
 
 /// Produces one canonical tensor, flattened row-major, when the module is built (so that a
 /// file's tensors are read only after every shape has been checked).

@@ -43,9 +43,10 @@ use burn::tensor::{Tensor, TensorData};
 use super::canonical::{cell_weights, check_shape, float_tensor, permute_gates, Canonical};
 use super::onnx::canonical_gates;
 use super::InteropError;
-use crate::config::{FusedRnnConfig, RnnMode};
+use crate::config::FusedRnnConfig;
 use crate::layout::{param_name, ParamKind};
 use crate::module::FusedRnn;
+use crate::spec::RnnMode;
 
 /// The Keras layer class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

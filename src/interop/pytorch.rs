@@ -44,9 +44,10 @@ use burn_store::{ModuleStore, PytorchStore, SafetensorsStore, TensorSnapshot};
 
 use super::canonical::Canonical;
 use super::InteropError;
-use crate::config::{FusedRnnConfig, RnnMode};
+use crate::config::FusedRnnConfig;
 use crate::layout::{param_name, ParamKind};
 use crate::module::FusedRnn;
+use crate::spec::RnnMode;
 
 /// Where the configuration of an import comes from.
 #[derive(Clone, Debug)]

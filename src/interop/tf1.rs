@@ -54,9 +54,10 @@ use burn::tensor::{Tensor, TensorData};
 use super::canonical::{cell_weights, check_shape, float_tensor, permute_gates, Canonical};
 use super::onnx::canonical_gates;
 use super::InteropError;
-use crate::config::{FusedRnnConfig, RnnMode};
+use crate::config::FusedRnnConfig;
 use crate::layout::{param_name, ParamKind};
 use crate::module::FusedRnn;
+use crate::spec::RnnMode;
 
 /// TF1's LSTM gate order (`LSTMBlockCell`: `i, c, f, o`), in this crate's gate letters.
 const TF_LSTM_GATES: [char; 4] = ['i', 'g', 'f', 'o'];

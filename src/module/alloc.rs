@@ -29,7 +29,7 @@ use core::any::TypeId;
 
 use burn::tensor::backend::Backend;
 
-use crate::config::RnnSpec;
+use crate::spec::RnnSpec;
 
 /// Calls whose buffers total less than this are not probed (Note [Allocation checks]).
 const PROBE_THRESHOLD: usize = 1 << 30;

@@ -21,10 +21,11 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Element, Tensor};
 
 use crate::backend::FusedRnnBackend;
-use crate::config::{FusedRnnConfig, RnnSpec};
+use crate::config::FusedRnnConfig;
 use crate::descriptor::{DropoutSpec, RnnDescriptor};
 use crate::layout::{ParamEntry, ParamKind, RnnLayout};
 use crate::ops::fused_rnn;
+use crate::spec::RnnSpec;
 
 /// The canonical tensors of one pseudo-layer (layer `l`, direction `d`), in PyTorch's
 /// orientation and cuDNN's gate order: field `weight_ih` of `cells[l * D + d]` is
@@ -141,7 +142,8 @@ impl<B: Backend> RnnState<B> {
 }
 
 /// A stack of LSTM, GRU or plain RNN layers, in one or both directions, run as ONE fused
-/// op (cuDNN on CUDA, the reference implementation elsewhere).
+/// op: the native CPU kernel on NdArray and Flex, cuDNN on CUDA (the CubeCL kernels where
+/// cuDNN cannot), the CubeCL kernels on Wgpu, the reference implementation elsewhere.
 ///
 /// # Note [Dropout seeds]
 ///
@@ -408,9 +410,9 @@ impl<B: Backend> FusedRnn<B> {
             .with_num_layers(spec.num_layers)
             .with_bidirectional(spec.bidirectional)
             .with_input_mode(if spec.skip_input {
-                crate::config::InputMode::Skip
+                crate::spec::InputMode::Skip
             } else {
-                crate::config::InputMode::Linear
+                crate::spec::InputMode::Linear
             })
             .with_bias(spec.bias)
             .with_proj_size(spec.proj_size)
@@ -498,7 +500,7 @@ impl<B: Backend> FusedRnn<B> {
         let call = self.dropout_calls.fetch_add(1, Ordering::Relaxed);
         DropoutSpec {
             probability: self.dropout.probability,
-            seed: crate::reference::mix_seed(self.dropout.seed, call),
+            seed: crate::dropout::mix_seed(self.dropout.seed, call),
         }
     }
 
@@ -571,7 +573,7 @@ impl<B: Backend> FusedRnn<B> {
         input: Tensor<B, 3>,
         state: Option<RnnState<B>>,
     ) -> (Tensor<B, 3>, RnnState<B>) {
-        use crate::reference::{float, prim};
+        use crate::op_types::{float, prim};
 
         let call = self.call(&input, None, state, |desc, dtype, _| {
             crate::reference::reserve_layout(desc, dtype)

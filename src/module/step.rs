@@ -4,9 +4,9 @@ use burn::tensor::Tensor;
 
 use super::{FusedRnn, RnnState};
 use crate::backend::FusedRnnBackend;
-use crate::config::RnnSpec;
 use crate::descriptor::{DropoutSpec, RnnDescriptor};
 use crate::ops::fused_rnn;
+use crate::spec::RnnSpec;
 
 /// A unidirectional [`FusedRnn`] prepared for step-by-step decoding: its flat weight
 /// vector is built once (by [`FusedRnn::prepare`]), and each [`PreparedRnn::step`] is one
@@ -28,12 +28,13 @@ use crate::ops::fused_rnn;
 ///   gradients of a stepped loss reach the module's parameters.
 /// - No dropout is applied: decoding is inference (a training forward draws its masks
 ///   per call, which per-step calls could not reproduce).
-/// - What a prepared module saves is the concatenation only. The op underneath may still
-///   re-lay out the weights on every call: the reference path (NdArray, Flex) rebuilds its
-///   per-gate transposed weight blocks and starts its host threads per call, which at
-///   batch 1 makes a step much slower than burn-nn's `Lstm` with `T = 1` (`benches/step.rs`,
-///   numbers in the README); the cuDNN path checks and, where its layout differs, repacks
-///   the flat weights per call.
+/// - A prepared module saves the concatenation; the op underneath keeps what it can across
+///   calls. The native CPU kernel (NdArray, Flex) keeps its packed weights for one-step
+///   calls on the same weight tensor (Note [Packed weights across calls] in the kernel's
+///   `prepared` module), so a decoder pays for packing once; the cuDNN path checks and,
+///   where its layout differs, repacks the flat weights per call; other backends run the
+///   reference, which lays its weights out per call. `benches/step.rs` measures a step
+///   against burn-nn's `Lstm` with `T = 1` (docs/BENCHMARKS.md).
 ///
 /// ```
 /// use burn::backend::NdArray;

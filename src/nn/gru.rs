@@ -7,11 +7,14 @@ use burn::nn::{BiGruRecord, GruRecord};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::{check_activation, check_clip, device_of, one_layer, refuse, run, top_layer};
-use crate::config::{FusedRnnConfig, RnnMode};
-use crate::interop::burn_nn::{records, stack_canonical};
+use super::{
+    check_activation, check_clip, device_of, one_layer, refuse, run, top_layer, with_weights_of,
+};
+use crate::config::FusedRnnConfig;
+use crate::interop::burn_nn::records;
 use crate::interop::InteropError;
 use crate::module::FusedRnn;
+use crate::spec::RnnMode;
 
 /// Configuration of a [`Gru`]: burn-nn's `GruConfig`, plus `batch_first`, `num_layers`,
 /// `dropout` and `seed` (Note [Drop-in layers] in [`crate::nn`]).
@@ -190,9 +193,8 @@ impl<B: Backend> Gru<B> {
     pub fn load_burn_nn_record(self, record: GruRecord<B>) -> Result<Self, InteropError> {
         let device = device_of(&self.fused);
         let layer = records::gru(record, &device);
-        let (canonical, _, _) = stack_canonical(core::slice::from_ref(&layer))?;
         Ok(Self {
-            fused: canonical.build(&self.fused.config(), &device)?,
+            fused: with_weights_of(&self.fused, &layer)?,
             ..self
         })
     }
@@ -345,9 +347,8 @@ impl<B: Backend> BiGru<B> {
     pub fn load_burn_nn_record(self, record: BiGruRecord<B>) -> Result<Self, InteropError> {
         let device = device_of(&self.fused);
         let layer = records::bigru(record, &device);
-        let (canonical, _, _) = stack_canonical(core::slice::from_ref(&layer))?;
         Ok(Self {
-            fused: canonical.build(&self.fused.config(), &device)?,
+            fused: with_weights_of(&self.fused, &layer)?,
             ..self
         })
     }

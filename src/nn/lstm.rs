@@ -7,11 +7,14 @@ use burn::nn::{BiLstmRecord, LstmRecord, LstmState};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::{check_activation, check_clip, device_of, one_layer, refuse, run, top_layer};
-use crate::config::{FusedRnnConfig, RnnMode};
-use crate::interop::burn_nn::{records, stack_canonical};
+use super::{
+    check_activation, check_clip, device_of, one_layer, refuse, run, top_layer, with_weights_of,
+};
+use crate::config::FusedRnnConfig;
+use crate::interop::burn_nn::records;
 use crate::interop::InteropError;
 use crate::module::FusedRnn;
+use crate::spec::RnnMode;
 
 /// Configuration of an [`Lstm`]: burn-nn's `LstmConfig`, plus `num_layers`, `dropout` and
 /// `seed` (Note [Drop-in layers] in [`crate::nn`]).
@@ -218,9 +221,8 @@ impl<B: Backend> Lstm<B> {
     pub fn load_burn_nn_record(self, record: LstmRecord<B>) -> Result<Self, InteropError> {
         let device = device_of(&self.fused);
         let layer = records::lstm(record, &device);
-        let (canonical, _, _) = stack_canonical(core::slice::from_ref(&layer))?;
         Ok(Self {
-            fused: canonical.build(&self.fused.config(), &device)?,
+            fused: with_weights_of(&self.fused, &layer)?,
             ..self
         })
     }
@@ -374,9 +376,8 @@ impl<B: Backend> BiLstm<B> {
     pub fn load_burn_nn_record(self, record: BiLstmRecord<B>) -> Result<Self, InteropError> {
         let device = device_of(&self.fused);
         let layer = records::bilstm(record, &device);
-        let (canonical, _, _) = stack_canonical(core::slice::from_ref(&layer))?;
         Ok(Self {
-            fused: canonical.build(&self.fused.config(), &device)?,
+            fused: with_weights_of(&self.fused, &layer)?,
             ..self
         })
     }

@@ -76,6 +76,8 @@ use burn::nn::activation::ActivationConfig;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
+use crate::interop::burn_nn::{stack_canonical, BurnNnLayer};
+use crate::interop::InteropError;
 use crate::module::FusedRnn;
 
 /// Panics naming `field` of config `config` when `value` is not what the fused cells
@@ -189,6 +191,16 @@ fn top_layer<B: Backend>(t: Tensor<B, 3>) -> Tensor<B, 2> {
 /// The device of a module's weights.
 fn device_of<B: Backend>(fused: &FusedRnn<B>) -> B::Device {
     fused.cells[0].weight_hh.lazy_device()
+}
+
+/// A module of `fused`'s configuration holding the weights of `layer` (a burn-nn module
+/// rebuilt from its record), checked against that configuration.
+fn with_weights_of<B: Backend, L: BurnNnLayer<B>>(
+    fused: &FusedRnn<B>,
+    layer: &L,
+) -> Result<FusedRnn<B>, InteropError> {
+    let (canonical, _, _) = stack_canonical(core::slice::from_ref(layer))?;
+    canonical.build(&fused.config(), &device_of(fused))
 }
 
 /// Implements `Module`, `AutodiffModule` and the display traits for a drop-in layer

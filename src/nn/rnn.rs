@@ -7,11 +7,14 @@ use burn::nn::{BiRnnRecord, RnnRecord, RnnState};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::{check_clip, device_of, is_activation, one_layer, refuse, run, top_layer};
-use crate::config::{FusedRnnConfig, RnnMode};
-use crate::interop::burn_nn::{records, stack_canonical};
+use super::{
+    check_clip, device_of, is_activation, one_layer, refuse, run, top_layer, with_weights_of,
+};
+use crate::config::FusedRnnConfig;
+use crate::interop::burn_nn::records;
 use crate::interop::InteropError;
 use crate::module::FusedRnn;
+use crate::spec::RnnMode;
 
 /// Configuration of an [`Rnn`]: burn-nn's `RnnConfig`, plus `num_layers`, `dropout` and
 /// `seed` (Note [Drop-in layers] in [`crate::nn`]).
@@ -192,9 +195,8 @@ impl<B: Backend> Rnn<B> {
     pub fn load_burn_nn_record(self, record: RnnRecord<B>) -> Result<Self, InteropError> {
         let device = device_of(&self.fused);
         let layer = records::rnn(record, self.fused.spec().mode, &device);
-        let (canonical, _, _) = stack_canonical(core::slice::from_ref(&layer))?;
         Ok(Self {
-            fused: canonical.build(&self.fused.config(), &device)?,
+            fused: with_weights_of(&self.fused, &layer)?,
             ..self
         })
     }
@@ -329,9 +331,8 @@ impl<B: Backend> BiRnn<B> {
     pub fn load_burn_nn_record(self, record: BiRnnRecord<B>) -> Result<Self, InteropError> {
         let device = device_of(&self.fused);
         let layer = records::birnn(record, self.fused.spec().mode, &device);
-        let (canonical, _, _) = stack_canonical(core::slice::from_ref(&layer))?;
         Ok(Self {
-            fused: canonical.build(&self.fused.config(), &device)?,
+            fused: with_weights_of(&self.fused, &layer)?,
             ..self
         })
     }

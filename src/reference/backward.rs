@@ -17,11 +17,14 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorMetadata};
 
 use super::Padding;
-use super::{cast, cast_inputs, cast_output, compute_dtype, float, prim, reserve_shapes, weight};
-use crate::config::{RnnMode, RnnSpec};
+use super::{reserve_shapes, weight};
 use crate::descriptor::RnnDescriptor;
 use crate::layout::{ParamKind, RnnLayout};
-use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
+use crate::op_types::{
+    cast, cast_inputs, cast_output, compute_dtype, float, prim, RnnGrads, RnnInputs, RnnOutput,
+    RnnOutputGrads, RnnReserve,
+};
+use crate::spec::{RnnMode, RnnSpec};
 
 /// What the forward saved for one layer and direction, `[T, B, *]`, time order.
 struct DirSaved<B: Backend> {
@@ -188,7 +191,7 @@ fn backward_dir<B: Backend>(
     };
     for t in order {
         let total = step(&dy, t) + dh.clone();
-        // Select, don't multiply (Note [Padding never leaks] in `super`).
+        // Select, don't multiply (Note [Padding never leaks] in [`crate::op_types`]).
         let invalid = |width: usize| padding.step(t, width);
         let zero_padded = |v: Tensor<B, 2>| match invalid(v.dims()[1]) {
             Some(mask) => v.mask_fill(mask, 0.0),
@@ -285,7 +288,7 @@ fn backward_dir<B: Backend>(
     if w.w_hr.is_some() {
         // h' = m W_hr^T with m = o ∘ tanh(c'): dW_hr = Σ_t dh'_t^T m_t.
         // Padded rows of o ∘ tanh(c') may be NaN; their d_proj rows are zero, but NaN · 0
-        // is NaN, so they are zeroed first (Note [Padding never leaks] in `super`).
+        // is NaN, so they are zeroed first (Note [Padding never leaks] in [`crate::op_types`]).
         let m = saved.acts[3].clone() * saved.acts[4].clone();
         let m = match padding.all(h) {
             Some(mask) => m.mask_fill(mask, 0.0),
@@ -317,7 +320,7 @@ pub fn backward<B: Backend>(
     reserve: RnnReserve<B>,
     grads: RnnOutputGrads<B>,
 ) -> RnnGrads<B> {
-    // Note [Half precision] in `super`: compute in F32, hand back the input's dtype.
+    // Note [Half precision] in [`crate::op_types`]: compute in F32, hand back the input's dtype.
     let dtype = inputs.x.dtype();
     let up = compute_dtype(dtype);
     if up == dtype {
@@ -386,7 +389,7 @@ fn backward_in<B: Backend>(
     for layer in (0..spec.num_layers).rev() {
         let LayerSaved { input, mask, dirs } = layers.pop().expect("one entry per layer");
         // Layer 0 reads the caller's x, whose padded rows may hold anything: zero them
-        // before `dW_ih = dG^T x` reads them (Note [Padding never leaks] in `super`).
+        // before `dW_ih = dG^T x` reads them (Note [Padding never leaks] in [`crate::op_types`]).
         let layer_in = input.unwrap_or_else(|| match padding.all(spec.d_input) {
             Some(mask) => x.clone().mask_fill(mask, 0.0),
             None => x.clone(),

@@ -24,7 +24,7 @@ use burn::tensor::activation::relu;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use crate::config::RnnMode;
+use crate::spec::RnnMode;
 
 /// Weights of one pseudo-layer, oriented for row-major GEMMs and split by gate.
 ///

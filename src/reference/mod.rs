@@ -10,23 +10,6 @@
 //! one recurrent GEMM and a few element-wise ops per step; step outputs are gathered in a
 //! list and stacked once (no `slice_assign` in the time loop).
 //!
-//! # Note [Variable lengths]
-//!
-//! Sequence `b` is valid for steps `t < len[b]`. At an invalid step the state is held and
-//! the output is zero, so: the forward direction's final state is the state after step
-//! `len[b] - 1`; the reverse direction scans `t = T-1 .. 0` and holds its initial state until
-//! `t = len[b] - 1`, so it starts at each sequence's own last step; a length of 0 gives zero
-//! outputs and final states equal to the initial states.
-//!
-//! # Note [Padding never leaks]
-//!
-//! Whatever the padded slots of the input (or of the output gradient) hold, NaN and
-//! infinities included, changes no output and no gradient. Every implementation uses
-//! *select* semantics at invalid steps (keep the old state, write a zero), never a
-//! multiplication by a 0/1 mask, since `NaN · 0 = NaN`: here `mask_where` / `mask_fill`,
-//! and the padded rows of `x` are zeroed before the weight gradient `dW_ih = dG^T x` reads
-//! them. cuDNN with padded IO behaves the same (checked on an H100).
-//!
 //! # Note [Reserve layout]
 //!
 //! The training forward returns, as [`RnnReserve::tensors`], in this order, for each layer
@@ -43,39 +26,22 @@
 //! computes these shapes from the descriptor alone; their dtype is [`compute_dtype`] of the
 //! input's.
 //!
-//! # Note [Half precision]
-//!
-//! F16 and BF16 inputs run in F32: the entry points cast `x`, the states, the weights and
-//! the output gradients up once, compute everything (GEMM accumulation, the recurrence,
-//! the reserve) in F32, and cast the results back to the input's dtype once. A recurrence
-//! run in half precision would round the state at every step, and the exp-based
-//! activations (Note [Activations through exp] in `cell`) overflow F16 at `|x| > 11`. The
-//! only half-precision rounding left is that of the inputs and outputs themselves.
 
 mod backward;
 mod cell;
-pub(crate) mod dropout;
 
 pub use backward::backward;
-pub(crate) use dropout::mix_seed;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Bool, DType, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+use burn::tensor::{Bool, DType, Tensor, TensorData, TensorMetadata};
 
-use crate::config::{RnnMode, RnnSpec};
 use crate::descriptor::RnnDescriptor;
 use crate::layout::{ParamKind, RnnLayout};
-use crate::op_types::{RnnInputs, RnnOutput, RnnReserve};
+use crate::op_types::{
+    cast_inputs, cast_output, compute_dtype, float, prim, RnnInputs, RnnOutput, RnnReserve,
+};
+use crate::spec::{RnnMode, RnnSpec};
 use cell::{CellWeights, State};
-
-pub(crate) fn float<B: Backend, const D: usize>(t: B::FloatTensorPrimitive) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(t))
-}
-
-pub(crate) fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> B::FloatTensorPrimitive {
-    t.into_primitive().tensor()
-}
 
 /// Inference forward (the default body of `fused_rnn_forward`).
 ///
@@ -87,40 +53,6 @@ pub fn forward<B: Backend>(desc: &RnnDescriptor, inputs: RnnInputs<B>) -> RnnOut
     let dtype = inputs.x.dtype();
     let out = run::<B>(desc, cast_inputs(inputs, compute_dtype(dtype)), false).0;
     cast_output(out, dtype)
-}
-
-/// The dtype the reference computes in for inputs of `dtype` (Note [Half precision]).
-pub fn compute_dtype(dtype: DType) -> DType {
-    match dtype {
-        DType::F16 | DType::BF16 => DType::F32,
-        other => other,
-    }
-}
-
-/// `t` in `dtype`, without a copy when it already is.
-pub(crate) fn cast<B: Backend>(t: FloatTensor<B>, dtype: DType) -> FloatTensor<B> {
-    if t.dtype() == dtype {
-        t
-    } else {
-        B::float_cast(t, dtype.into())
-    }
-}
-
-pub(crate) fn cast_inputs<B: Backend>(inputs: RnnInputs<B>, dtype: DType) -> RnnInputs<B> {
-    RnnInputs {
-        x: cast::<B>(inputs.x, dtype),
-        h0: inputs.h0.map(|t| cast::<B>(t, dtype)),
-        c0: inputs.c0.map(|t| cast::<B>(t, dtype)),
-        weights: cast::<B>(inputs.weights, dtype),
-    }
-}
-
-pub(crate) fn cast_output<B: Backend>(out: RnnOutput<B>, dtype: DType) -> RnnOutput<B> {
-    RnnOutput {
-        y: cast::<B>(out.y, dtype),
-        h_n: cast::<B>(out.h_n, dtype),
-        c_n: out.c_n.map(|t| cast::<B>(t, dtype)),
-    }
 }
 
 /// Training forward (the default body of `fused_rnn_forward_training`): applies dropout
@@ -513,7 +445,7 @@ fn run<B: Backend>(
     for layer in 0..spec.num_layers {
         if layer > 0 {
             if training && desc.dropout.probability > 0.0 {
-                let mask = dropout::keep_mask::<B>(desc, layer, &device, dtype);
+                let mask = crate::dropout::keep_mask::<B>(desc, layer, &device, dtype);
                 layer_in = layer_in * mask.clone();
                 reserve.push(layer_in.clone());
                 reserve.push(mask);

@@ -7,25 +7,18 @@
 //! sequence-major flat index `k = (t * B + b) * (D*P) + f` is dropped (zeroed) when `u_k < p`
 //! and otherwise scaled by `1 / (1 - p)`, where `u_k` is the `k`-th draw (counting from 0) of
 //! SplitMix64 seeded with `seed ^ (l · 0xD1B54A32D192ED03)`, as a 53-bit uniform in
-//! `[0, 1)`. SplitMix64's `k`-th draw is a pure function of `k` (the state advances by a
-//! constant), so any element can be computed on its own, in any order and layout: the
+//! `[0, 1)` ([`SplitMix64`]). SplitMix64's `k`-th draw is a pure function of `k`
+//! ([`SplitMix64::draw`]), so any element can be computed on its own, in any order and layout: the
 //! reference draws the mask in order, the native CPU kernel element by element in the
-//! call's own layout, and both get the same mask bit for bit. cuDNN draws its own masks
+//! call's own layout, the CubeCL kernels on the host before uploading it, and all get the
+//! same mask bit for bit. cuDNN draws its own masks
 //! from its own generator.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData};
 
 use crate::descriptor::RnnDescriptor;
-
-const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// SplitMix64's output function.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+use crate::random::{mix, unit, SplitMix64};
 
 /// The dropout mask of one layer as a function of the element index (Note [Dropout masks]).
 #[derive(Clone, Copy, Debug)]
@@ -48,10 +41,7 @@ impl LayerMask {
 
     /// The factor of element `k` (sequence-major flat index): `0` or `1 / (1 - p)`.
     pub(crate) fn factor(&self, k: usize) -> f64 {
-        let draw = mix(self
-            .state
-            .wrapping_add((k as u64).wrapping_add(1).wrapping_mul(GAMMA)));
-        let uniform = (draw >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+        let uniform = unit(SplitMix64::draw(self.state, k as u64));
         if uniform < self.probability {
             0.0
         } else {
@@ -79,22 +69,12 @@ pub(crate) fn keep_mask<B: Backend>(
 /// The seed of training call `call` of a module seeded with `seed`.
 pub(crate) fn mix_seed(seed: u64, call: u64) -> u64 {
     // The first draw of SplitMix64 seeded with `seed ^ call · γ`.
-    mix((seed ^ call.wrapping_mul(GAMMA)).wrapping_add(GAMMA))
+    mix((seed ^ call.wrapping_mul(SplitMix64::GAMMA)).wrapping_add(SplitMix64::GAMMA))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The sequential SplitMix64 generator the masks are defined by.
-    struct SplitMix64(u64);
-
-    impl SplitMix64 {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(GAMMA);
-            mix(self.0)
-        }
-    }
 
     #[test]
     fn element_k_is_the_kth_draw_of_the_sequential_generator() {
@@ -107,9 +87,9 @@ mod tests {
         };
         let desc = RnnDescriptor::new(spec, 5, 2, false, None, dropout);
         let mask = LayerMask::new(&desc, 2);
-        let mut rng = SplitMix64(mask.state);
+        let mut rng = SplitMix64::new(mask.state);
         for k in 0..1000 {
-            let u = (rng.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+            let u = rng.next_f64();
             let expected = if u < 0.3 { 0.0 } else { 1.0 / 0.7 };
             assert_eq!(mask.factor(k), expected, "element {k}");
         }
