@@ -507,8 +507,8 @@ fn a_reserve_of_another_call_is_refused() {
     assert!(
         message.starts_with(
             "expected reserve to be the CubeCL kernels' training-forward reserve for this call \
-             (F32 tensors of shapes [[16, 24], [16, 6]]"
-        ) && message.contains("got shapes [[12, 24], [12, 6]]"),
+             (F32 tensors of shapes [[25], [16, 24], [16, 6]]"
+        ) && message.contains("got shapes [[25], [12, 24], [12, 6]]"),
         "{message}"
     );
 }
