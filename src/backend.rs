@@ -6,6 +6,7 @@
 //! reference, written once with Burn tensor ops ([`crate::reference`]).
 
 use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::DType;
 
 use crate::descriptor::RnnDescriptor;
@@ -62,5 +63,17 @@ pub trait FusedRnnBackend: Backend {
         grads: RnnOutputGrads<Self>,
     ) -> RnnGrads<Self> {
         reference::backward::<Self>(desc, inputs, output, reserve, grads)
+    }
+
+    /// An identity of `t`'s elements that holds while a clone of `t` is alive: two tensors
+    /// with the same identity hold the same values. The native CPU backends answer the
+    /// address and length of the buffer they read (a buffer shared by clones is written in
+    /// place only when no clone holds it); the default, `None`, means the backend cannot
+    /// tell. [`FusedRnn`](crate::FusedRnn) uses it to keep its flat weight vector across
+    /// inference calls while its parameters are unchanged (Note [Flat weights across
+    /// calls]).
+    fn fused_rnn_buffer_identity(t: &FloatTensor<Self>) -> Option<(usize, usize)> {
+        let _ = t;
+        None
     }
 }

@@ -97,3 +97,92 @@ fn a_new_preparation_after_an_update_steps_with_the_new_weights() {
     let worst = step_vs_forward(&scaled, &x);
     assert!(worst < 1e-5, "|step - forward| after the update = {worst}");
 }
+
+/// The output of one `forward` step of `module` on `x_t` (`[batch, 1, d_input]`).
+fn one_step<B: FusedRnnBackend>(module: &FusedRnn<B>, x_t: &Tensor<B, 3>) -> Tensor<B, 3> {
+    module.forward(x_t.clone(), None).0
+}
+
+fn max_diff<B: FusedRnnBackend>(a: Tensor<B, 3>, b: Tensor<B, 3>) -> f64 {
+    (a - b)
+        .abs()
+        .max()
+        .into_data()
+        .convert::<f64>()
+        .to_vec::<f64>()
+        .unwrap()[0]
+}
+
+/// A module keeps its flat weights across `forward` calls while its parameters are the
+/// same buffers (Note [Flat weights across calls]): repeated one-step calls give the
+/// prepared step's numbers, and weights loaded into the same module afterwards (through
+/// `load_record` and `map`, which keep the module's kept vector) are the ones used, as a
+/// module built fresh from them computes.
+fn forward_keeps_flat_weights_only_while_they_hold<B: FusedRnnBackend>(backend: &str) {
+    use burn::module::{Module, ModuleMapper, Param};
+
+    let device = B::Device::default();
+    let config = FusedRnnConfig::new(RnnMode::Lstm, 5, 12).with_num_layers(2);
+    let x_t = Tensor::<B, 3>::random([3, 1, 5], Distribution::Default, &device);
+    let module: FusedRnn<B> = config.init(&device);
+    let first = one_step(&module, &x_t);
+    for _ in 0..3 {
+        let again = one_step(&module, &x_t);
+        assert_eq!(
+            max_diff(first.clone(), again),
+            0.0,
+            "{backend}: repeated forward"
+        );
+    }
+    let stepped = module
+        .prepare()
+        .step(x_t.clone().squeeze_dim(1), None)
+        .0
+        .unsqueeze_dim(1);
+    assert!(
+        max_diff(first.clone(), stepped) < 1e-6,
+        "{backend}: forward vs step"
+    );
+
+    // Other weights into the same module: its kept vector must not be used.
+    let other: FusedRnn<B> = config.init(&device);
+    let want = one_step(&FusedRnn::clone(&other), &x_t);
+    let target = module.clone();
+    let _ = one_step(&target, &x_t); // the module keeps its vector, then gets other weights
+    let loaded = target.load_record(other.clone().into_record());
+    let got = one_step(&loaded, &x_t);
+    assert!(
+        max_diff(got.clone(), want.clone()) < 1e-6,
+        "{backend}: after load_record"
+    );
+    assert!(
+        max_diff(got, first.clone()) > 1e-3,
+        "{backend}: the weights did change"
+    );
+
+    struct Halve;
+    impl<B: burn::tensor::backend::Backend> ModuleMapper<B> for Halve {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            param.map(|t| t.mul_scalar(0.5))
+        }
+    }
+    let target = module.clone();
+    let _ = one_step(&target, &x_t); // the module keeps its vector, then is mapped
+    let halved = target.map(&mut Halve);
+    let want = one_step(
+        &config.init_with_params::<B>(module.flat_weights().mul_scalar(0.5)),
+        &x_t,
+    );
+    let got = one_step(&halved, &x_t);
+    assert!(max_diff(got, want) < 1e-6, "{backend}: after map");
+}
+
+#[test]
+fn forward_keeps_flat_weights_only_while_they_hold_ndarray() {
+    forward_keeps_flat_weights_only_while_they_hold::<NdArray>("ndarray");
+}
+
+#[test]
+fn forward_keeps_flat_weights_only_while_they_hold_flex() {
+    forward_keeps_flat_weights_only_while_they_hold::<Flex>("flex");
+}

@@ -76,6 +76,16 @@ pub(crate) trait HostBackend: Backend {
     fn host_f64(t: &FloatTensor<Self>) -> Option<&[f64]>;
 }
 
+/// The address and length of `t`'s elements when the kernel reads them in place (see
+/// `FusedRnnBackend::fused_rnn_buffer_identity`).
+pub(crate) fn buffer_identity<B: HostBackend>(t: &FloatTensor<B>) -> Option<(usize, usize)> {
+    match (B::host_f32(t), B::host_f64(t)) {
+        (Some(s), _) => Some((s.as_ptr() as usize, s.len())),
+        (_, Some(s)) => Some((s.as_ptr() as usize, s.len())),
+        _ => None,
+    }
+}
+
 /// An element type the kernel computes in.
 trait Host: Lane + Element {
     fn borrow<B: HostBackend>(t: &FloatTensor<B>) -> Option<&[Self]>;
@@ -343,6 +353,12 @@ macro_rules! native_impl {
             grads: $crate::RnnOutputGrads<Self>,
         ) -> $crate::RnnGrads<Self> {
             $crate::cpu::backward::<Self>(desc, inputs, output, reserve, grads)
+        }
+
+        fn fused_rnn_buffer_identity(
+            t: &burn::tensor::ops::FloatTensor<Self>,
+        ) -> Option<(usize, usize)> {
+            $crate::cpu::buffer_identity::<Self>(t)
         }
     };
 }

@@ -14,7 +14,7 @@ pub use record::FusedRnnRecord;
 pub use step::PreparedRnn;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use burn::module::{Initializer, Module, Param};
 use burn::tensor::backend::Backend;
@@ -170,7 +170,24 @@ pub struct FusedRnn<B: Backend> {
     /// Training forwards run so far (shared by clones): call `k` draws its dropout masks
     /// from `(seed, k)`.
     dropout_calls: Arc<AtomicU64>,
+    /// The flat weights of the last inference call and what they were built from (Note
+    /// [Flat weights across calls]); a clone starts empty.
+    flat_memo: Arc<Mutex<Option<FlatWeights<B>>>>,
 }
+
+/// A flat weight vector and the identities of the parameter buffers it was concatenated
+/// from, with clones of those parameters (which keep their buffers alive and unchanged).
+#[derive(Debug)]
+pub(crate) struct FlatWeights<B: Backend> {
+    ids: Vec<(usize, usize)>,
+    _params: Vec<B::FloatTensorPrimitive>,
+    flat: Tensor<B, 1>,
+}
+
+/// The identity of a float primitive's buffer, or `None` (see
+/// `FusedRnnBackend::fused_rnn_buffer_identity`).
+type BufferIdentity<B> =
+    fn(&<B as burn::tensor::backend::BackendTypes>::FloatTensorPrimitive) -> Option<(usize, usize)>;
 
 impl FusedRnnConfig {
     /// Builds the module, weights initialized as described on
@@ -245,6 +262,7 @@ impl FusedRnnConfig {
                 seed: self.seed,
             },
             dropout_calls: Arc::default(),
+            flat_memo: Arc::default(),
         }
     }
 }
@@ -429,6 +447,68 @@ impl<B: Backend> FusedRnn<B> {
     /// If a parameter is missing, present where the layout has none, or of the wrong
     /// shape (possible only after an unchecked `load_record`), naming the tensor.
     pub fn flat_weights(&self) -> Tensor<B, 1> {
+        Tensor::cat(self.flat_parts(), 0)
+    }
+
+    /// [`FusedRnn::flat_weights`], kept from the last call while every parameter is the
+    /// same buffer.
+    ///
+    /// # Note [Flat weights across calls]
+    ///
+    /// A forward concatenates the canonical parameters into the op's flat weight vector. On
+    /// a backend that can name a buffer (`FusedRnnBackend::fused_rnn_buffer_identity`: the
+    /// native CPU backends), the module keeps the last vector with the identities of the
+    /// buffers it came from and clones of those parameters, and hands the same vector to
+    /// the next call whose parameters have the same identities: while the clones live, a
+    /// buffer can be neither freed nor written in place, so the same identity means the
+    /// same values (the argument of Note [Packed weights across calls] in the CPU kernel).
+    /// The op then also finds its packed weights again, which is what makes a `forward`
+    /// with `seq_length = 1` (a decoder written with `forward`, or burn-nn's way with the
+    /// drop-in layers) as cheap as [`PreparedRnn::step`]. Under `Autodiff` the identity is
+    /// unknown (`None`), so training concatenates on every call and the concatenation is
+    /// tracked. The kept vector costs one copy of the weights per module (a clone starts
+    /// empty); loading other weights, or an optimizer step, gives new buffers and a new
+    /// vector.
+    fn flat_weights_for_call(&self, identity: BufferIdentity<B>) -> Tensor<B, 1> {
+        // The parameters themselves, as stored (a reshape may copy on some backends).
+        let params: Vec<_> = self
+            .cells
+            .iter()
+            .flat_map(|cell| {
+                let matrices = cell
+                    .weight_ih
+                    .iter()
+                    .chain([&cell.weight_hh])
+                    .map(|p| p.val().into_primitive().tensor());
+                let biases = [&cell.bias_ih, &cell.bias_hh]
+                    .into_iter()
+                    .flatten()
+                    .map(|p| p.val().into_primitive().tensor());
+                matrices.chain(biases).collect::<Vec<_>>()
+            })
+            .collect();
+        let ids: Option<Vec<(usize, usize)>> = params.iter().map(identity).collect();
+        let Some(ids) = ids else {
+            return self.flat_weights();
+        };
+        let mut memo = self
+            .flat_memo
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(kept) = memo.as_ref().filter(|kept| kept.ids == ids) {
+            return kept.flat.clone();
+        }
+        let flat = self.flat_weights();
+        *memo = Some(FlatWeights {
+            ids,
+            _params: params,
+            flat: flat.clone(),
+        });
+        flat
+    }
+
+    /// Every canonical tensor as a 1-D tensor, in the layout's order.
+    fn flat_parts(&self) -> Vec<Tensor<B, 1>> {
         let layout = self.layout();
         assert_eq!(
             self.cells.len(),
@@ -455,7 +535,7 @@ impl<B: Backend> FusedRnn<B> {
                 }
             }
         }
-        Tensor::cat(parts, 0)
+        parts
     }
 }
 
@@ -506,13 +586,15 @@ impl<B: Backend> FusedRnn<B> {
 
     /// The descriptor, initial states and weights of a call on `input`, after the checks
     /// that name `input` and the state, and the size checks of Note [Allocation checks];
-    /// `reserve_bytes` gives the training reserve's size on `B`.
+    /// `reserve_bytes` gives the training reserve's size on `B`, `identity` the identity of a
+    /// parameter's buffer (`FusedRnnBackend::fused_rnn_buffer_identity`).
     fn call(
         &self,
         input: &Tensor<B, 3>,
         seq_lengths: Option<Vec<usize>>,
         state: Option<RnnState<B>>,
         reserve_bytes: impl FnOnce(&RnnDescriptor, burn::tensor::DType, &B::Device) -> usize,
+        identity: BufferIdentity<B>,
     ) -> Call<B> {
         let [d0, d1, _] = input.dims();
         let (batch, seq) = if self.batch_first { (d0, d1) } else { (d1, d0) };
@@ -550,7 +632,7 @@ impl<B: Backend> FusedRnn<B> {
         });
         // The module runs in its input's dtype: weights are cast to it (a tracked cast, so
         // gradients reach the parameters in their own dtype), states must match it.
-        let weights = self.flat_weights();
+        let weights = self.flat_weights_for_call(identity);
         let weights = if weights.dtype() == dtype {
             weights
         } else {
@@ -575,7 +657,9 @@ impl<B: Backend> FusedRnn<B> {
     ) -> (Tensor<B, 3>, RnnState<B>) {
         use crate::op_types::{float, prim};
 
-        let call = self.call(&input, None, state, |desc, dtype, _| {
+        // The reference reads no buffer in place: no identity, no flat weights kept.
+        let no_identity: BufferIdentity<B> = |_| None;
+        let reserve = |desc: &RnnDescriptor, dtype: burn::tensor::DType, _: &B::Device| {
             crate::reference::reserve_layout(desc, dtype)
                 .iter()
                 .map(|(shape, dtype)| {
@@ -584,7 +668,8 @@ impl<B: Backend> FusedRnn<B> {
                         .fold(dtype.size(), |acc, &d| acc.saturating_mul(d))
                 })
                 .fold(0usize, usize::saturating_add)
-        });
+        };
+        let call = self.call(&input, None, state, reserve, no_identity);
         call.desc.check_inputs(
             &input.dims(),
             call.h0.as_ref().map(|h| h.dims()).as_ref().map(|d| &d[..]),
@@ -658,9 +743,13 @@ impl<B: FusedRnnBackend> FusedRnn<B> {
         seq_lengths: Option<Vec<usize>>,
         state: Option<RnnState<B>>,
     ) -> (Tensor<B, 3>, RnnState<B>) {
-        let call = self.call(&input, seq_lengths, state, |desc, dtype, device| {
-            crate::ops::reserve_bytes::<B>(desc, dtype, device)
-        });
+        let call = self.call(
+            &input,
+            seq_lengths,
+            state,
+            |desc, dtype, device| crate::ops::reserve_bytes::<B>(desc, dtype, device),
+            B::fused_rnn_buffer_identity,
+        );
         let out = fused_rnn(&call.desc, input, call.h0, call.c0, call.weights);
         (out.output, RnnState::new(out.hidden, out.cell))
     }

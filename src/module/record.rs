@@ -290,6 +290,7 @@ impl<B: Backend> FusedRnn<B> {
             batch_first: self.batch_first,
             dropout: self.dropout,
             dropout_calls: self.dropout_calls.clone(),
+            flat_memo: Default::default(),
         }
     }
 }
@@ -308,6 +309,7 @@ impl<B: AutodiffBackend> AutodiffModule<B> for FusedRnn<B> {
             batch_first,
             dropout,
             dropout_calls,
+            flat_memo: _,
         } = module;
         FusedRnn {
             cells: Vec::<RnnCell<B>>::from_inner(cells),
@@ -315,6 +317,7 @@ impl<B: AutodiffBackend> AutodiffModule<B> for FusedRnn<B> {
             batch_first,
             dropout,
             dropout_calls,
+            flat_memo: Default::default(),
         }
     }
 }
