@@ -12,9 +12,10 @@ use crate::spec::RnnSpec;
 /// vector is built once (by [`FusedRnn::prepare`]), and each [`PreparedRnn::step`] is one
 /// call of the fused op with `seq_length = 1`, every layer at once.
 ///
-/// [`FusedRnn::forward`] concatenates the canonical weights into the flat vector on every
-/// call, a copy of every weight that a one-step call pays once per step; a prepared module
-/// pays it once.
+/// [`FusedRnn::forward`] concatenates the canonical weights into the flat vector, except
+/// on backends whose buffers it can name (the native CPU backends keep the vector while
+/// the parameters are unchanged: Note [Flat weights across calls]); a prepared module
+/// concatenates once on every backend, and holds its snapshot however the module changes.
 ///
 /// # Note [Step-by-step decoding]
 ///
