@@ -21,19 +21,10 @@ fn step_vs_forward<B: FusedRnnBackend>(module: &FusedRnn<B>, x: &Tensor<B, 3>) -
     }
     let stepped = Tensor::cat(outputs, 1);
     let (y, full) = module.forward(x.clone(), None);
-    let diff = |a: Tensor<B, 3>, b: Tensor<B, 3>| -> f64 {
-        (a - b)
-            .abs()
-            .max()
-            .into_data()
-            .convert::<f64>()
-            .to_vec::<f64>()
-            .unwrap()[0]
-    };
     let state = state.expect("at least one step");
-    let mut worst = diff(stepped, y).max(diff(state.hidden, full.hidden));
+    let mut worst = max_diff(stepped, y).max(max_diff(state.hidden, full.hidden));
     if let (Some(a), Some(b)) = (state.cell, full.cell) {
-        worst = worst.max(diff(a, b));
+        worst = worst.max(max_diff(a, b));
     }
     worst
 }
@@ -103,6 +94,7 @@ fn one_step<B: FusedRnnBackend>(module: &FusedRnn<B>, x_t: &Tensor<B, 3>) -> Ten
     module.forward(x_t.clone(), None).0
 }
 
+/// The largest absolute difference between `a` and `b`.
 fn max_diff<B: FusedRnnBackend>(a: Tensor<B, 3>, b: Tensor<B, 3>) -> f64 {
     (a - b)
         .abs()
