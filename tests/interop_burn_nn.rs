@@ -18,35 +18,18 @@ use burn::nn::{
     LstmState, Rnn, RnnConfig, RnnState as NnRnnState,
 };
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Element, ElementConversion, Tensor};
+use burn::tensor::Tensor;
 use burn_fused_rnn::interop::burn_nn::BurnNnLayer;
 use burn_fused_rnn::interop::InteropError;
 use burn_fused_rnn::{FusedRnn, FusedRnnBackend, FusedRnnConfig, InputMode, RnnMode, RnnState};
 
+#[path = "common/tensors.rs"]
+mod tensors;
+use tensors::{close, random};
+
 type B64 = NdArray<f64>;
 const TOL: f64 = 5e-7;
 const ROUND: f64 = 1e-12;
-
-fn random<B: Backend, const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
-    let device = B::Device::default();
-    B::seed(&device, seed);
-    Tensor::random(
-        shape,
-        Distribution::Normal(0.0, 1.0),
-        (&device, <B::FloatElem as Element>::dtype()),
-    )
-}
-
-fn close<B: Backend, const D: usize>(
-    what: &str,
-    got: Tensor<B, D>,
-    expected: Tensor<B, D>,
-    tol: f64,
-) {
-    assert_eq!(got.dims(), expected.dims(), "{what}: shapes");
-    let diff: f64 = (got - expected).abs().max().into_scalar().elem();
-    assert!(diff <= tol, "{what}: max |diff| {diff:e} > {tol:e}");
-}
 
 fn device<B: Backend>() -> B::Device {
     Default::default()

@@ -11,30 +11,18 @@ use burn::backend::Autodiff;
 use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Element, ElementConversion, Tensor};
+use burn::tensor::Tensor;
 use burn_fused_rnn::nn::{BiLstm, Gru, LstmConfig};
+
+#[path = "common/tensors.rs"]
+mod tensors;
+use tensors::{close, random};
 
 /// Not in the dispatch list: runs the reference as Burn ops.
 type Unlisted = NdArray<f32, i32>;
 /// In the list: runs the native CPU kernel, one autodiff node.
 type Listed = NdArray<f32>;
 const TOL: f64 = 1e-5;
-
-fn random<B: Backend, const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
-    let device = B::Device::default();
-    B::seed(&device, seed);
-    Tensor::random(
-        shape,
-        Distribution::Normal(0.0, 1.0),
-        (&device, <B::FloatElem as Element>::dtype()),
-    )
-}
-
-fn close<B: Backend, const D: usize>(what: &str, got: Tensor<B, D>, expected: Tensor<B, D>) {
-    assert_eq!(got.dims(), expected.dims(), "{what}: shapes");
-    let diff: f64 = (got - expected).abs().max().into_scalar().elem();
-    assert!(diff <= TOL, "{what}: max |diff| {diff:e} > {TOL:e}");
-}
 
 /// The same tensor on another backend.
 fn to<A: Backend, B: Backend, const D: usize>(t: Tensor<A, D>) -> Tensor<B, D> {
@@ -50,7 +38,7 @@ fn an_unlisted_backend_matches_burn_nn_forward_and_gradients() {
     let x = random::<AD, 3>([3, 7, 4], 1);
     let (y_nn, _) = nn.forward(x.clone(), None);
     let (y, _) = lstm.forward(x, None);
-    close("y", y.clone(), y_nn.clone());
+    close("y", y.clone(), y_nn.clone(), TOL);
     let grads_nn = y_nn.sum().backward();
     let grads = y.sum().backward();
     // burn-nn's forward-direction cell gate: rows 10..15 of the canonical W_ih, transposed.
@@ -69,7 +57,7 @@ fn an_unlisted_backend_matches_burn_nn_forward_and_gradients() {
         .val()
         .grad(&grads)
         .unwrap();
-    close("dW_ih", w.narrow(0, 10, 5).transpose(), w_nn);
+    close("dW_ih", w.narrow(0, 10, 5).transpose(), w_nn, TOL);
 }
 
 #[test]
@@ -95,9 +83,9 @@ fn an_unlisted_backend_gives_the_fused_ops_numbers() {
     let x = random::<Listed, 3>([3, 7, 4], 2);
     let (y, s) = on_listed.forward_stack(x.clone(), None);
     let (y_u, s_u) = on_unlisted.forward_stack(to(x), None);
-    close("y", to(y_u), y);
-    close("h_n", to(s_u.hidden), s.hidden);
-    close("c_n", to(s_u.cell.unwrap()), s.cell.unwrap());
+    close("y", to(y_u), y, TOL);
+    close("h_n", to(s_u.hidden), s.hidden, TOL);
+    close("c_n", to(s_u.cell.unwrap()), s.cell.unwrap(), TOL);
     // A GRU, with an initial state.
     let gru = burn::nn::GruConfig::new(4, 5, true).init::<Unlisted>(&device);
     let drop_in = Gru::from_burn_nn(&gru).unwrap();
@@ -107,5 +95,6 @@ fn an_unlisted_backend_gives_the_fused_ops_numbers() {
         "gru y",
         drop_in.forward(x.clone(), Some(h0.clone())),
         gru.forward(x, Some(h0)),
+        TOL,
     );
 }

@@ -19,7 +19,7 @@ use burn::record::{
     NamedMpkFileRecorder,
 };
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Element, ElementConversion, Tensor};
+use burn::tensor::Tensor;
 use burn_fused_rnn::interop::InteropError;
 use burn_fused_rnn::nn::{
     BiGru, BiGruConfig, BiLstm, BiLstmConfig, BiRnn, BiRnnConfig, Gru, GruConfig, Lstm, LstmConfig,
@@ -27,31 +27,14 @@ use burn_fused_rnn::nn::{
 };
 use burn_fused_rnn::{FusedRnn, FusedRnnConfig, RnnMode};
 
+#[path = "common/tensors.rs"]
+mod tensors;
+use tensors::{close, random};
+
 type B64 = NdArray<f64>;
 const TOL64: f64 = 5e-7;
 const TOL32: f64 = 1e-5;
 const HALF: f64 = 2e-3;
-
-fn random<B: Backend, const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
-    let device = B::Device::default();
-    B::seed(&device, seed);
-    Tensor::random(
-        shape,
-        Distribution::Normal(0.0, 1.0),
-        (&device, <B::FloatElem as Element>::dtype()),
-    )
-}
-
-fn close<B: Backend, const D: usize>(
-    what: &str,
-    got: Tensor<B, D>,
-    expected: Tensor<B, D>,
-    tol: f64,
-) {
-    assert_eq!(got.dims(), expected.dims(), "{what}: shapes");
-    let diff: f64 = (got - expected).abs().max().into_scalar().elem();
-    assert!(diff <= tol, "{what}: max |diff| {diff:e} > {tol:e}");
-}
 
 fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join("burn_fused_rnn_nn_drop_in");
@@ -336,114 +319,53 @@ fn burn_nn_checkpoints_load_in_one_call() {
     let bin = BinFileRecorder::<FullPrecisionSettings>::new();
     let compact = CompactRecorder::new();
 
+    // burn-nn's `$config` (with `.with_$opt(..)` options), saved with `$recorder` and
+    // loaded into the drop-in of the same name; `$out` picks the output sequence from
+    // `forward`'s result (the GRU returns it alone).
+    macro_rules! round {
+        ($name:expr, $recorder:expr, $config:ident($($arg:expr),*) $(.$opt:ident($v:expr))*, |$y:ident| $out:expr, $tol:expr) => {
+            checkpoint_round(
+                $name,
+                $recorder,
+                burn::nn::$config::new($($arg),*)$(.$opt($v))*.init::<B64>(&device),
+                |p, r| {
+                    $config::new($($arg),*)$(.$opt($v))*
+                        .init::<B64>(&device)
+                        .load_burn_nn_file(p, r, &device)
+                },
+                |nn| {
+                    let $y = nn.forward(x.clone(), None);
+                    $out
+                },
+                |d| {
+                    let $y = d.forward(x.clone(), None);
+                    $out
+                },
+                $tol,
+            )
+        };
+    }
     // Every type, full precision, through the default recorder.
-    checkpoint_round(
-        "lstm",
-        &full,
-        burn::nn::LstmConfig::new(4, 5, true).init::<B64>(&device),
-        |p, r| {
-            LstmConfig::new(4, 5, true)
-                .init::<B64>(&device)
-                .load_burn_nn_file(p, r, &device)
-        },
-        |nn| nn.forward(x.clone(), None).0,
-        |d| d.forward(x.clone(), None).0,
-        TOL64,
-    );
-    checkpoint_round(
-        "bilstm",
-        &full,
-        burn::nn::BiLstmConfig::new(4, 5, true).init::<B64>(&device),
-        |p, r| {
-            BiLstmConfig::new(4, 5, true)
-                .init::<B64>(&device)
-                .load_burn_nn_file(p, r, &device)
-        },
-        |nn| nn.forward(x.clone(), None).0,
-        |d| d.forward(x.clone(), None).0,
-        TOL64,
-    );
-    checkpoint_round(
-        "gru",
-        &full,
-        burn::nn::GruConfig::new(4, 5, false).init::<B64>(&device),
-        |p, r| {
-            GruConfig::new(4, 5, false)
-                .init::<B64>(&device)
-                .load_burn_nn_file(p, r, &device)
-        },
-        |nn| nn.forward(x.clone(), None),
-        |d| d.forward(x.clone(), None),
-        TOL64,
-    );
-    checkpoint_round(
-        "bigru",
-        &full,
-        burn::nn::BiGruConfig::new(4, 5, true).init::<B64>(&device),
-        |p, r| {
-            BiGruConfig::new(4, 5, true)
-                .init::<B64>(&device)
-                .load_burn_nn_file(p, r, &device)
-        },
-        |nn| nn.forward(x.clone(), None).0,
-        |d| d.forward(x.clone(), None).0,
-        TOL64,
-    );
-    checkpoint_round(
+    round!("lstm", &full, LstmConfig(4, 5, true), |y| y.0, TOL64);
+    round!("bilstm", &full, BiLstmConfig(4, 5, true), |y| y.0, TOL64);
+    round!("gru", &full, GruConfig(4, 5, false), |y| y, TOL64);
+    round!("bigru", &full, BiGruConfig(4, 5, true), |y| y.0, TOL64);
+    round!(
         "rnn_relu",
         &full,
-        burn::nn::RnnConfig::new(4, 5, true)
-            .with_hidden_activation(ActivationConfig::Relu)
-            .init::<B64>(&device),
-        |p, r| {
-            RnnConfig::new(4, 5, true)
-                .with_hidden_activation(ActivationConfig::Relu)
-                .init::<B64>(&device)
-                .load_burn_nn_file(p, r, &device)
-        },
-        |nn| nn.forward(x.clone(), None).0,
-        |d| d.forward(x.clone(), None).0,
-        TOL64,
+        RnnConfig(4, 5, true).with_hidden_activation(ActivationConfig::Relu),
+        |y| y.0,
+        TOL64
     );
-    checkpoint_round(
-        "birnn",
-        &full,
-        burn::nn::BiRnnConfig::new(4, 5, true).init::<B64>(&device),
-        |p, r| {
-            BiRnnConfig::new(4, 5, true)
-                .init::<B64>(&device)
-                .load_burn_nn_file(p, r, &device)
-        },
-        |nn| nn.forward(x.clone(), None).0,
-        |d| d.forward(x.clone(), None).0,
-        TOL64,
-    );
+    round!("birnn", &full, BiRnnConfig(4, 5, true), |y| y.0, TOL64);
     // Other recorders: bincode, and half precision.
-    checkpoint_round(
-        "lstm_bin",
-        &bin,
-        burn::nn::LstmConfig::new(4, 5, true).init::<B64>(&device),
-        |p, r| {
-            LstmConfig::new(4, 5, true)
-                .init::<B64>(&device)
-                .load_burn_nn_file(p, r, &device)
-        },
-        |nn| nn.forward(x.clone(), None).0,
-        |d| d.forward(x.clone(), None).0,
-        TOL64,
-    );
-    checkpoint_round(
+    round!("lstm_bin", &bin, LstmConfig(4, 5, true), |y| y.0, TOL64);
+    round!(
         "bigru_compact",
         &compact,
-        burn::nn::BiGruConfig::new(4, 5, true).init::<B64>(&device),
-        |p, r| {
-            BiGruConfig::new(4, 5, true)
-                .init::<B64>(&device)
-                .load_burn_nn_file(p, r, &device)
-        },
-        |nn| nn.forward(x.clone(), None).0,
-        |d| d.forward(x.clone(), None).0,
-        HALF,
+        BiGruConfig(4, 5, true),
+        |y| y.0,
+        HALF
     );
     // A record in memory (e.g. taken out of a model's record).
     let nn = burn::nn::LstmConfig::new(4, 5, true).init::<B64>(&device);
