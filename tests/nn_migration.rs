@@ -11,6 +11,12 @@
 //! Tolerance: the losses of 12 Adam steps on NdArray f64 agree to 1e-6 relative (burn's
 //! `sigmoid` on NdArray f64 is accurate to about 1e-8, and Adam amplifies differences
 //! where gradients are small); both fall.
+//!
+//! Both tests seed NdArray's generator, which is one for the whole process, and hold
+//! it while they draw (`tensors::seeded`), so what they draw does not depend on which test runs first
+//! or alongside. Unseeded, 12 steps from a random initialization sometimes end above
+//! 0.75 of the first loss (seeds 1 to 40: 0.39 to 0.79, seed 20: 0.47), and CI once failed
+//! on it.
 
 mod with_burn_nn {
     use burn::config::Config;
@@ -55,12 +61,16 @@ use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use burn_fused_rnn::nn;
 
+#[path = "common/tensors.rs"]
+mod tensors;
+
 type B = Autodiff<NdArray<f64>>;
 /// Adam steps, learning rate 1e-2.
 const STEPS: usize = 12;
 
 #[test]
 fn a_burn_nn_model_trains_the_same_after_the_use_change() {
+    let _rng = tensors::seeded::<B>(19);
     let device = Default::default();
     let config_nn = with_burn_nn::ModelConfig::new(3, 6, 4);
     let config = with_fused::ModelConfig::new(3, 6, 4);
@@ -101,6 +111,7 @@ fn a_burn_nn_model_trains_the_same_after_the_use_change() {
 
 #[test]
 fn the_drop_in_model_trains_from_its_own_initialization() {
+    let _rng = tensors::seeded::<B>(20);
     let device = Default::default();
     let model = with_fused::ModelConfig::new(3, 6, 4).init::<B>(&device);
     let x = Tensor::<B, 3>::random([5, 7, 3], Distribution::Normal(0.0, 1.0), &device);

@@ -1,4 +1,8 @@
 //! Optimizers train the fused op end to end: gradients reach every canonical `Param`.
+//!
+//! Each run seeds NdArray's generator and holds it (`tensors::seeded`), so the weights and
+//! inputs are the same on every run: over seeds 1 to 30, Adam ended at 0.009 to 0.028 of
+//! its first loss and SGD at 0.08 to 0.55 (one seed above the 0.5 asserted below).
 
 use burn::backend::{Autodiff, NdArray};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
@@ -6,6 +10,9 @@ use burn::tensor::{Distribution, Int, Tensor};
 use burn_fused_rnn::{FusedRnn, FusedRnnConfig, RnnMode};
 
 type B = Autodiff<NdArray>;
+
+#[path = "common/tensors.rs"]
+mod tensors;
 
 /// Target: the running mean of the input's first feature, read from hidden unit 0 of the
 /// last layer (forward direction) at every step. A recurrent task a GRU learns quickly.
@@ -22,6 +29,7 @@ fn loss(model: &FusedRnn<B>, x: &Tensor<B, 3>) -> Tensor<B, 1> {
 }
 
 fn train<O: Optimizer<FusedRnn<B>, B>>(mut optim: O, lr: f64, steps: usize) -> (f32, f32) {
+    let _rng = tensors::seeded::<B>(21);
     let device = Default::default();
     let mut model = FusedRnnConfig::new(RnnMode::Gru, 2, 8)
         .with_num_layers(2)
