@@ -213,103 +213,220 @@ fn gate_controller<B: Backend>(parts: GateParts<B>) -> GateController<B> {
     }
 }
 
-/// Checks of one burn-nn `Lstm` that the fused op can run it; `reverse_ignored` for the
-/// reverse half of a `BiLstm`, which runs whatever its flag says.
-fn lstm_parts<B: Backend>(
-    lstm: &Lstm<B>,
-    path: &str,
-    reverse_ignored: bool,
-) -> Result<Vec<GateParts<B>>, InteropError> {
-    if lstm.reverse && !reverse_ignored {
-        return Err(lone_reverse(format!("{path}reverse")));
-    }
-    check_clip(format!("{path}clip"), lstm.clip, "cell state")?;
-    if lstm.input_forget {
-        return Err(unsupported(
-            format!("{path}input_forget"),
-            true,
-            "cuDNN's LSTM has an independent forget gate (f = σ(..), not 1 - i)",
-        ));
-    }
-    check_activation(
-        format!("{path}gate_activation"),
-        &lstm.gate_activation,
-        "Sigmoid",
-        "the input, forget and output gates",
-    )?;
-    check_activation(
-        format!("{path}cell_activation"),
-        &lstm.cell_activation,
-        "Tanh",
-        "the cell candidate",
-    )?;
-    check_activation(
-        format!("{path}hidden_activation"),
-        &lstm.hidden_activation,
-        "Tanh",
-        "the cell state's output",
-    )?;
-    let h = lstm.d_hidden;
-    Ok(vec![
-        gate_parts(&lstm.input_gate, &format!("{path}input_gate."), h)?,
-        gate_parts(&lstm.forget_gate, &format!("{path}forget_gate."), h)?,
-        gate_parts(&lstm.cell_gate, &format!("{path}cell_gate."), h)?,
-        gate_parts(&lstm.output_gate, &format!("{path}output_gate."), h)?,
-    ])
+/// One direction of a burn-nn layer: the one-way types (`Lstm`, `Gru`, `Rnn`), which are
+/// also the halves of the `Bi*` types. The six [`BurnNnLayer`] impls are written once
+/// over it (`burn_nn_layer!`).
+trait Direction<B: Backend>: Sized {
+    /// The layer's settings that are not its cell's.
+    fn settings(&self) -> Settings;
+
+    /// The cell and the gates in canonical order, after refusing the cell options the fused
+    /// op cannot run.
+    fn parts(&self, path: &str) -> Result<(RnnMode, Vec<GateParts<B>>), InteropError>;
+
+    /// The forward-running layer computing `mode` with `gates`, in canonical order (burn-nn's
+    /// defaults elsewhere).
+    fn from_gates(
+        mode: RnnMode,
+        gates: Vec<GateController<B>>,
+        batch_first: bool,
+        device: &B::Device,
+    ) -> Self;
 }
 
-fn gru_parts<B: Backend>(gru: &Gru<B>, path: &str) -> Result<Vec<GateParts<B>>, InteropError> {
-    if !gru.reset_after {
-        return Err(unsupported(
-            format!("{path}reset_after"),
-            false,
-            "cuDNN's GRU applies the reset gate after the recurrent matrix, \
-             n = tanh(W_n x + b_Wn + r ∘ (R_n h + b_Rn)), and has no reset-before mode",
-        ));
-    }
-    check_clip(format!("{path}clip"), gru.clip, "hidden state")?;
-    check_activation(
-        format!("{path}gate_activation"),
-        &gru.gate_activation,
-        "Sigmoid",
-        "the reset and update gates",
-    )?;
-    check_activation(
-        format!("{path}hidden_activation"),
-        &gru.hidden_activation,
-        "Tanh",
-        "the new gate",
-    )?;
-    let h = gru.d_hidden;
-    Ok(vec![
-        gate_parts(&gru.reset_gate, &format!("{path}reset_gate."), h)?,
-        gate_parts(&gru.update_gate, &format!("{path}update_gate."), h)?,
-        gate_parts(&gru.new_gate, &format!("{path}new_gate."), h)?,
-    ])
+/// What a [`Direction`] holds besides its cell.
+struct Settings {
+    /// The layout flag; `None` for `Gru`, which has none (always batch-first).
+    batch_first: Option<bool>,
+    d_hidden: usize,
+    /// Whether it runs from the last step to the first (`false` for `Gru`, which cannot).
+    reverse: bool,
 }
 
-fn rnn_parts<B: Backend>(
-    rnn: &Rnn<B>,
-    path: &str,
-    reverse_ignored: bool,
-) -> Result<(RnnMode, Vec<GateParts<B>>), InteropError> {
-    if rnn.reverse && !reverse_ignored {
-        return Err(lone_reverse(format!("{path}reverse")));
-    }
-    check_clip(format!("{path}clip"), rnn.clip, "hidden state")?;
-    let mode = match &rnn.hidden_activation {
-        Activation::Tanh(_) => RnnMode::RnnTanh,
-        Activation::Relu(_) => RnnMode::RnnRelu,
-        other => {
-            return Err(unsupported(
-                format!("{path}hidden_activation"),
-                activation_name(other),
-                "the fused RNN cells use Tanh or Relu",
-            ))
+impl Settings {
+    fn of(batch_first: Option<bool>, d_hidden: usize, reverse: bool) -> Self {
+        Settings {
+            batch_first,
+            d_hidden,
+            reverse,
         }
-    };
-    let gate = gate_parts(&rnn.gate, &format!("{path}gate."), rnn.d_hidden)?;
-    Ok((mode, vec![gate]))
+    }
+}
+
+/// The gates of a `Direction`, in canonical order, as an array.
+fn gate_array<B: Backend, const N: usize>(gates: Vec<GateController<B>>) -> [GateController<B>; N] {
+    gates
+        .try_into()
+        .unwrap_or_else(|_| panic!("expected {N} gates"))
+}
+
+/// The hidden size of a gate: the columns of its input transform (`[d_input, H]`).
+fn hidden_of<B: Backend>(gate: &GateController<B>) -> usize {
+    gate.input_transform.weight.val().dims()[1]
+}
+
+impl<B: Backend> Direction<B> for Lstm<B> {
+    fn settings(&self) -> Settings {
+        Settings::of(Some(self.batch_first), self.d_hidden, self.reverse)
+    }
+
+    fn parts(&self, path: &str) -> Result<(RnnMode, Vec<GateParts<B>>), InteropError> {
+        check_clip(format!("{path}clip"), self.clip, "cell state")?;
+        if self.input_forget {
+            return Err(unsupported(
+                format!("{path}input_forget"),
+                true,
+                "cuDNN's LSTM has an independent forget gate (f = σ(..), not 1 - i)",
+            ));
+        }
+        check_activation(
+            format!("{path}gate_activation"),
+            &self.gate_activation,
+            "Sigmoid",
+            "the input, forget and output gates",
+        )?;
+        check_activation(
+            format!("{path}cell_activation"),
+            &self.cell_activation,
+            "Tanh",
+            "the cell candidate",
+        )?;
+        check_activation(
+            format!("{path}hidden_activation"),
+            &self.hidden_activation,
+            "Tanh",
+            "the cell state's output",
+        )?;
+        let h = self.d_hidden;
+        let gates = vec![
+            gate_parts(&self.input_gate, &format!("{path}input_gate."), h)?,
+            gate_parts(&self.forget_gate, &format!("{path}forget_gate."), h)?,
+            gate_parts(&self.cell_gate, &format!("{path}cell_gate."), h)?,
+            gate_parts(&self.output_gate, &format!("{path}output_gate."), h)?,
+        ];
+        Ok((RnnMode::Lstm, gates))
+    }
+
+    fn from_gates(
+        _: RnnMode,
+        gates: Vec<GateController<B>>,
+        batch_first: bool,
+        device: &B::Device,
+    ) -> Self {
+        let d_hidden = hidden_of(&gates[0]);
+        let [input_gate, forget_gate, cell_gate, output_gate] = gate_array(gates);
+        Lstm {
+            input_gate,
+            forget_gate,
+            output_gate,
+            cell_gate,
+            d_hidden,
+            batch_first,
+            reverse: false,
+            clip: None,
+            input_forget: false,
+            gate_activation: sigmoid(device),
+            cell_activation: tanh(device),
+            hidden_activation: tanh(device),
+        }
+    }
+}
+
+impl<B: Backend> Direction<B> for Gru<B> {
+    fn settings(&self) -> Settings {
+        Settings::of(None, self.d_hidden, false)
+    }
+
+    fn parts(&self, path: &str) -> Result<(RnnMode, Vec<GateParts<B>>), InteropError> {
+        if !self.reset_after {
+            return Err(unsupported(
+                format!("{path}reset_after"),
+                false,
+                "cuDNN's GRU applies the reset gate after the recurrent matrix, \
+                 n = tanh(W_n x + b_Wn + r ∘ (R_n h + b_Rn)), and has no reset-before mode",
+            ));
+        }
+        check_clip(format!("{path}clip"), self.clip, "hidden state")?;
+        check_activation(
+            format!("{path}gate_activation"),
+            &self.gate_activation,
+            "Sigmoid",
+            "the reset and update gates",
+        )?;
+        check_activation(
+            format!("{path}hidden_activation"),
+            &self.hidden_activation,
+            "Tanh",
+            "the new gate",
+        )?;
+        let h = self.d_hidden;
+        let gates = vec![
+            gate_parts(&self.reset_gate, &format!("{path}reset_gate."), h)?,
+            gate_parts(&self.update_gate, &format!("{path}update_gate."), h)?,
+            gate_parts(&self.new_gate, &format!("{path}new_gate."), h)?,
+        ];
+        Ok((RnnMode::Gru, gates))
+    }
+
+    fn from_gates(_: RnnMode, gates: Vec<GateController<B>>, _: bool, device: &B::Device) -> Self {
+        let d_hidden = hidden_of(&gates[0]);
+        let [reset_gate, update_gate, new_gate] = gate_array(gates);
+        Gru {
+            update_gate,
+            reset_gate,
+            new_gate,
+            d_hidden,
+            reset_after: true,
+            gate_activation: sigmoid(device),
+            hidden_activation: tanh(device),
+            clip: None,
+        }
+    }
+}
+
+impl<B: Backend> Direction<B> for Rnn<B> {
+    fn settings(&self) -> Settings {
+        Settings::of(Some(self.batch_first), self.d_hidden, self.reverse)
+    }
+
+    fn parts(&self, path: &str) -> Result<(RnnMode, Vec<GateParts<B>>), InteropError> {
+        check_clip(format!("{path}clip"), self.clip, "hidden state")?;
+        let mode = match &self.hidden_activation {
+            Activation::Tanh(_) => RnnMode::RnnTanh,
+            Activation::Relu(_) => RnnMode::RnnRelu,
+            other => {
+                return Err(unsupported(
+                    format!("{path}hidden_activation"),
+                    activation_name(other),
+                    "the fused RNN cells use Tanh or Relu",
+                ))
+            }
+        };
+        let gate = gate_parts(&self.gate, &format!("{path}gate."), self.d_hidden)?;
+        Ok((mode, vec![gate]))
+    }
+
+    fn from_gates(
+        mode: RnnMode,
+        gates: Vec<GateController<B>>,
+        batch_first: bool,
+        device: &B::Device,
+    ) -> Self {
+        let d_hidden = hidden_of(&gates[0]);
+        let [gate] = gate_array(gates);
+        let activation = match mode {
+            RnnMode::RnnRelu => ActivationConfig::Relu,
+            _ => ActivationConfig::Tanh,
+        };
+        Rnn {
+            gate,
+            d_hidden,
+            batch_first,
+            reverse: false,
+            clip: None,
+            hidden_activation: activation.init(device),
+        }
+    }
 }
 
 /// The checks of a `Bi*` module's inner forward layer, which it calls through its own
@@ -335,277 +452,150 @@ fn tanh<B: Backend>(device: &B::Device) -> Activation<B> {
     ActivationConfig::Tanh.init(device)
 }
 
-fn take_gates<B: Backend, const N: usize>(gates: Vec<GateParts<B>>) -> [GateController<B>; N] {
-    let gates: Vec<_> = gates.into_iter().map(gate_controller).collect();
-    gates
-        .try_into()
-        .unwrap_or_else(|_| panic!("expected {N} gates"))
+/// burn-nn's gates from canonical ones.
+fn controllers<B: Backend>(gates: Vec<GateParts<B>>) -> Vec<GateController<B>> {
+    gates.into_iter().map(gate_controller).collect()
 }
 
-fn lstm_from_gates<B: Backend>(
-    gates: Vec<GateParts<B>>,
-    batch_first: bool,
-    device: &B::Device,
-) -> Lstm<B> {
-    let d_hidden = gates[0].weight_hh.dims()[0];
-    let [input_gate, forget_gate, cell_gate, output_gate] = take_gates(gates);
-    Lstm {
-        input_gate,
-        forget_gate,
-        output_gate,
-        cell_gate,
-        d_hidden,
-        batch_first,
-        reverse: false,
-        clip: None,
-        input_forget: false,
-        gate_activation: sigmoid(device),
-        cell_activation: tanh(device),
-        hidden_activation: tanh(device),
-    }
-}
-
-fn gru_from_gates<B: Backend>(gates: Vec<GateParts<B>>, device: &B::Device) -> Gru<B> {
-    let d_hidden = gates[0].weight_hh.dims()[0];
-    let [reset_gate, update_gate, new_gate] = take_gates(gates);
-    Gru {
-        update_gate,
-        reset_gate,
-        new_gate,
-        d_hidden,
-        reset_after: true,
-        gate_activation: sigmoid(device),
-        hidden_activation: tanh(device),
-        clip: None,
-    }
-}
-
-fn rnn_from_gates<B: Backend>(
-    mode: RnnMode,
-    gates: Vec<GateParts<B>>,
-    batch_first: bool,
-    device: &B::Device,
-) -> Rnn<B> {
-    let d_hidden = gates[0].weight_hh.dims()[0];
-    let [gate] = take_gates(gates);
-    let activation = match mode {
-        RnnMode::RnnRelu => ActivationConfig::Relu,
-        _ => ActivationConfig::Tanh,
-    };
-    Rnn {
-        gate,
-        d_hidden,
-        batch_first,
-        reverse: false,
-        clip: None,
-        hidden_activation: activation.init(device),
-    }
-}
-
-/// Refuses a bidirectional layer whose directions the fused op cannot run as one layer:
-/// an inner forward module with its own layout (`inner_batch_first`, where the type has
-/// one), or directions whose hidden size is not the module's.
-fn check_directions(
+/// The canonical form of a `Bi*` module: directions `forward` and `reverse` (each with its
+/// own `d_hidden` and inner layout), the module's `d_hidden` and `batch_first`, after
+/// refusing directions the fused op cannot run as one layer: an inner forward module with
+/// its own layout, directions whose hidden size is not the module's, or whose cells differ.
+fn bidirectional_parts<B: Backend, D: Direction<B>>(
     path: &str,
-    inner_batch_first: Option<bool>,
-    outer: usize,
-    [forward, reverse]: [usize; 2],
-) -> Result<(), InteropError> {
-    if let Some(batch_first) = inner_batch_first {
-        check_inner_forward(path, batch_first)?;
+    [forward, reverse]: [&D; 2],
+    d_hidden: usize,
+    batch_first: bool,
+) -> Result<LayerParts<B>, InteropError> {
+    let [fw_settings, bw_settings] = [forward.settings(), reverse.settings()];
+    if let Some(inner) = fw_settings.batch_first {
+        check_inner_forward(path, inner)?;
     }
-    for (name, h) in [("forward", forward), ("reverse", reverse)] {
-        if h != outer {
+    // The reverse half runs backwards whatever its flag says; a reversed forward half is
+    // refused.
+    if fw_settings.reverse {
+        return Err(lone_reverse(format!("{path}forward.reverse")));
+    }
+    for (name, h) in [
+        ("forward", fw_settings.d_hidden),
+        ("reverse", bw_settings.d_hidden),
+    ] {
+        if h != d_hidden {
             return Err(unsupported(
                 format!("{path}{name}.d_hidden"),
                 h,
-                &format!("the module's d_hidden is {outer}; both directions must share it"),
+                &format!("the module's d_hidden is {d_hidden}; both directions must share it"),
             ));
         }
     }
-    Ok(())
+    let (mode, fw) = forward.parts(&format!("{path}forward."))?;
+    let (reverse_mode, bw) = reverse.parts(&format!("{path}reverse."))?;
+    if reverse_mode != mode {
+        return Err(unsupported(
+            format!("{path}reverse.hidden_activation"),
+            reverse_mode.name(),
+            &format!(
+                "the fused op runs one cell in both directions, and {path}forward runs {}",
+                mode.name()
+            ),
+        ));
+    }
+    Ok(LayerParts {
+        mode,
+        batch_first: Some(batch_first),
+        directions: vec![fw, bw],
+    })
 }
 
-/// The bidirectional burn-nn module `$ty` whose directions are `$build` of each
-/// direction's gates (bound to `$gates`), with the layout of `$parts`.
-macro_rules! bidirectional {
-    ($ty:ident, $parts:expr, |$gates:ident| $build:expr) => {{
-        let parts: LayerParts<B> = $parts;
-        let [fw, bw] = directions(parts.directions);
-        let forward = {
-            let $gates = fw;
-            $build
-        };
-        let reverse = {
-            let $gates = bw;
-            $build
-        };
-        $ty {
-            d_hidden: forward.d_hidden,
-            forward,
-            reverse,
-            batch_first: parts.batch_first.unwrap_or(true),
+/// A `Bi*` module made of two [`Direction`]s.
+trait TwoWay<B: Backend> {
+    type Direction;
+
+    /// The module running `forward` and `reverse` (forward-running layers; the module
+    /// runs the second backwards), with layout `batch_first`.
+    fn from_directions(
+        forward: Self::Direction,
+        reverse: Self::Direction,
+        batch_first: bool,
+    ) -> Self;
+}
+
+/// Implements [`BurnNnLayer`] for burn-nn's one-way `$ty` (whose cell is `$mode`), or
+/// for its two-way `$ty` made of two `$direction`s, through [`Direction`].
+macro_rules! burn_nn_layer {
+    ($ty:ident, $mode:expr) => {
+        impl<B: Backend> sealed::Sealed for $ty<B> {}
+        impl<B: Backend> BurnNnLayer<B> for $ty<B> {
+            const NAME: &'static str = stringify!($ty);
+            const MODE: RnnMode = $mode;
+            const BIDIRECTIONAL: bool = false;
+
+            fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
+                let settings = self.settings();
+                if settings.reverse {
+                    return Err(lone_reverse(format!("{path}reverse")));
+                }
+                let (mode, gates) = self.parts(path)?;
+                Ok(LayerParts {
+                    mode,
+                    batch_first: settings.batch_first,
+                    directions: vec![gates],
+                })
+            }
+
+            fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
+                let batch_first = parts.batch_first.unwrap_or(true);
+                let [gates] = directions(parts.directions);
+                Self::from_gates(parts.mode, controllers(gates), batch_first, device)
+            }
         }
-    }};
-}
+    };
+    ($ty:ident of $direction:ident, $mode:expr) => {
+        impl<B: Backend> sealed::Sealed for $ty<B> {}
+        impl<B: Backend> BurnNnLayer<B> for $ty<B> {
+            const NAME: &'static str = stringify!($ty);
+            const MODE: RnnMode = $mode;
+            const BIDIRECTIONAL: bool = true;
 
-impl<B: Backend> sealed::Sealed for Lstm<B> {}
-impl<B: Backend> BurnNnLayer<B> for Lstm<B> {
-    const NAME: &'static str = "Lstm";
-    const MODE: RnnMode = RnnMode::Lstm;
-    const BIDIRECTIONAL: bool = false;
+            fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
+                let directions = [&self.forward, &self.reverse];
+                bidirectional_parts(path, directions, self.d_hidden, self.batch_first)
+            }
 
-    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
-        Ok(LayerParts {
-            mode: RnnMode::Lstm,
-            batch_first: Some(self.batch_first),
-            directions: vec![lstm_parts(self, path, false)?],
-        })
-    }
-
-    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
-        let [gates] = directions(parts.directions);
-        lstm_from_gates(gates, parts.batch_first.unwrap_or(true), device)
-    }
-}
-
-impl<B: Backend> sealed::Sealed for BiLstm<B> {}
-impl<B: Backend> BurnNnLayer<B> for BiLstm<B> {
-    const NAME: &'static str = "BiLstm";
-    const MODE: RnnMode = RnnMode::Lstm;
-    const BIDIRECTIONAL: bool = true;
-
-    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
-        check_directions(
-            path,
-            Some(self.forward.batch_first),
-            self.d_hidden,
-            [self.forward.d_hidden, self.reverse.d_hidden],
-        )?;
-        Ok(LayerParts {
-            mode: RnnMode::Lstm,
-            batch_first: Some(self.batch_first),
-            directions: vec![
-                lstm_parts(&self.forward, &format!("{path}forward."), false)?,
-                lstm_parts(&self.reverse, &format!("{path}reverse."), true)?,
-            ],
-        })
-    }
-
-    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
-        bidirectional!(BiLstm, parts, |gates| lstm_from_gates(gates, true, device))
-    }
-}
-
-impl<B: Backend> sealed::Sealed for Gru<B> {}
-impl<B: Backend> BurnNnLayer<B> for Gru<B> {
-    const NAME: &'static str = "Gru";
-    const MODE: RnnMode = RnnMode::Gru;
-    const BIDIRECTIONAL: bool = false;
-
-    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
-        // burn-nn's Gru has no layout flag: it always takes batch-first input.
-        Ok(LayerParts {
-            mode: RnnMode::Gru,
-            batch_first: None,
-            directions: vec![gru_parts(self, path)?],
-        })
-    }
-
-    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
-        let [gates] = directions(parts.directions);
-        gru_from_gates(gates, device)
-    }
-}
-
-impl<B: Backend> sealed::Sealed for BiGru<B> {}
-impl<B: Backend> BurnNnLayer<B> for BiGru<B> {
-    const NAME: &'static str = "BiGru";
-    const MODE: RnnMode = RnnMode::Gru;
-    const BIDIRECTIONAL: bool = true;
-
-    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
-        check_directions(
-            path,
-            None,
-            self.d_hidden,
-            [self.forward.d_hidden, self.reverse.d_hidden],
-        )?;
-        Ok(LayerParts {
-            mode: RnnMode::Gru,
-            batch_first: Some(self.batch_first),
-            directions: vec![
-                gru_parts(&self.forward, &format!("{path}forward."))?,
-                gru_parts(&self.reverse, &format!("{path}reverse."))?,
-            ],
-        })
-    }
-
-    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
-        bidirectional!(BiGru, parts, |gates| gru_from_gates(gates, device))
-    }
-}
-
-impl<B: Backend> sealed::Sealed for Rnn<B> {}
-impl<B: Backend> BurnNnLayer<B> for Rnn<B> {
-    const NAME: &'static str = "Rnn";
-    const MODE: RnnMode = RnnMode::RnnTanh;
-    const BIDIRECTIONAL: bool = false;
-
-    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
-        let (mode, gates) = rnn_parts(self, path, false)?;
-        Ok(LayerParts {
-            mode,
-            batch_first: Some(self.batch_first),
-            directions: vec![gates],
-        })
-    }
-
-    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
-        let [gates] = directions(parts.directions);
-        rnn_from_gates(parts.mode, gates, parts.batch_first.unwrap_or(true), device)
-    }
-}
-
-impl<B: Backend> sealed::Sealed for BiRnn<B> {}
-impl<B: Backend> BurnNnLayer<B> for BiRnn<B> {
-    const NAME: &'static str = "BiRnn";
-    const MODE: RnnMode = RnnMode::RnnTanh;
-    const BIDIRECTIONAL: bool = true;
-
-    fn to_parts(&self, path: &str) -> Result<LayerParts<B>, InteropError> {
-        check_directions(
-            path,
-            Some(self.forward.batch_first),
-            self.d_hidden,
-            [self.forward.d_hidden, self.reverse.d_hidden],
-        )?;
-        let (mode, fw) = rnn_parts(&self.forward, &format!("{path}forward."), false)?;
-        let (reverse_mode, bw) = rnn_parts(&self.reverse, &format!("{path}reverse."), true)?;
-        if reverse_mode != mode {
-            return Err(unsupported(
-                format!("{path}reverse.hidden_activation"),
-                reverse_mode.name(),
-                &format!(
-                    "the fused op runs one cell in both directions, and {path}forward runs {}",
-                    mode.name()
-                ),
-            ));
+            fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
+                let [fw, bw] = directions(parts.directions);
+                // The inner layers take batch-first input from the module.
+                let forward = $direction::from_gates(parts.mode, controllers(fw), true, device);
+                let reverse = $direction::from_gates(parts.mode, controllers(bw), true, device);
+                Self::from_directions(forward, reverse, parts.batch_first.unwrap_or(true))
+            }
         }
-        Ok(LayerParts {
-            mode,
-            batch_first: Some(self.batch_first),
-            directions: vec![fw, bw],
-        })
-    }
 
-    fn from_parts(parts: LayerParts<B>, device: &B::Device) -> Self {
-        let mode = parts.mode;
-        bidirectional!(BiRnn, parts, |gates| rnn_from_gates(
-            mode, gates, true, device
-        ))
-    }
+        impl<B: Backend> TwoWay<B> for $ty<B> {
+            type Direction = $direction<B>;
+
+            fn from_directions(
+                forward: $direction<B>,
+                reverse: $direction<B>,
+                batch_first: bool,
+            ) -> Self {
+                $ty {
+                    d_hidden: forward.d_hidden,
+                    forward,
+                    reverse,
+                    batch_first,
+                }
+            }
+        }
+    };
 }
+
+burn_nn_layer!(Lstm, RnnMode::Lstm);
+burn_nn_layer!(BiLstm of Lstm, RnnMode::Lstm);
+burn_nn_layer!(Gru, RnnMode::Gru);
+burn_nn_layer!(BiGru of Gru, RnnMode::Gru);
+burn_nn_layer!(Rnn, RnnMode::RnnTanh);
+burn_nn_layer!(BiRnn of Rnn, RnnMode::RnnTanh);
 
 fn directions<B: Backend, const N: usize>(dirs: Vec<Vec<GateParts<B>>>) -> [Vec<GateParts<B>>; N] {
     dirs.try_into()
@@ -873,7 +863,7 @@ pub(crate) mod records {
     };
     use burn::tensor::backend::Backend;
 
-    use super::{sigmoid, tanh};
+    use super::{Direction, TwoWay};
     use crate::spec::RnnMode;
 
     fn linear<B: Backend>(record: LinearRecord<B>) -> Linear<B> {
@@ -883,72 +873,51 @@ pub(crate) mod records {
         }
     }
 
-    fn gate<B: Backend>(record: GateControllerRecord<B>) -> GateController<B> {
-        GateController {
+    fn gates<B: Backend, const N: usize>(
+        records: [GateControllerRecord<B>; N],
+    ) -> Vec<GateController<B>> {
+        let gate = |record: GateControllerRecord<B>| GateController {
             input_transform: linear(record.input_transform),
             hidden_transform: linear(record.hidden_transform),
-        }
-    }
-
-    /// The hidden size of a gate: the columns of its input transform (`[d_input, H]`).
-    fn hidden_of<B: Backend>(gate: &GateController<B>) -> usize {
-        gate.input_transform.weight.val().dims()[1]
+        };
+        records.into_iter().map(gate).collect()
     }
 
     /// A forward-running `Lstm` holding `record`'s weights.
     pub(crate) fn lstm<B: Backend>(record: LstmRecord<B>, device: &B::Device) -> Lstm<B> {
-        let input_gate = gate(record.input_gate);
-        Lstm {
-            d_hidden: hidden_of(&input_gate),
+        let LstmRecord {
             input_gate,
-            forget_gate: gate(record.forget_gate),
-            output_gate: gate(record.output_gate),
-            cell_gate: gate(record.cell_gate),
-            batch_first: true,
-            reverse: false,
-            clip: None,
-            input_forget: false,
-            gate_activation: sigmoid(device),
-            cell_activation: tanh(device),
-            hidden_activation: tanh(device),
-        }
+            forget_gate,
+            cell_gate,
+            output_gate,
+            ..
+        } = record;
+        let gates = gates([input_gate, forget_gate, cell_gate, output_gate]);
+        Lstm::from_gates(RnnMode::Lstm, gates, true, device)
     }
 
     /// A `BiLstm` holding `record`'s weights.
     pub(crate) fn bilstm<B: Backend>(record: BiLstmRecord<B>, device: &B::Device) -> BiLstm<B> {
-        let forward = lstm(record.forward, device);
-        BiLstm {
-            d_hidden: forward.d_hidden,
-            forward,
-            reverse: lstm(record.reverse, device),
-            batch_first: true,
-        }
+        let [fw, bw] = [record.forward, record.reverse].map(|r| lstm(r, device));
+        BiLstm::from_directions(fw, bw, true)
     }
 
     /// A reset-after `Gru` holding `record`'s weights.
     pub(crate) fn gru<B: Backend>(record: GruRecord<B>, device: &B::Device) -> Gru<B> {
-        let update_gate = gate(record.update_gate);
-        Gru {
-            d_hidden: hidden_of(&update_gate),
+        let GruRecord {
+            reset_gate,
             update_gate,
-            reset_gate: gate(record.reset_gate),
-            new_gate: gate(record.new_gate),
-            reset_after: true,
-            gate_activation: sigmoid(device),
-            hidden_activation: tanh(device),
-            clip: None,
-        }
+            new_gate,
+            ..
+        } = record;
+        let gates = gates([reset_gate, update_gate, new_gate]);
+        Gru::from_gates(RnnMode::Gru, gates, true, device)
     }
 
     /// A `BiGru` holding `record`'s weights.
     pub(crate) fn bigru<B: Backend>(record: BiGruRecord<B>, device: &B::Device) -> BiGru<B> {
-        let forward = gru(record.forward, device);
-        BiGru {
-            d_hidden: forward.d_hidden,
-            forward,
-            reverse: gru(record.reverse, device),
-            batch_first: true,
-        }
+        let [fw, bw] = [record.forward, record.reverse].map(|r| gru(r, device));
+        BiGru::from_directions(fw, bw, true)
     }
 
     /// A forward-running `Rnn` of `mode` (tanh or relu) holding `record`'s weights.
@@ -957,19 +926,7 @@ pub(crate) mod records {
         mode: RnnMode,
         device: &B::Device,
     ) -> Rnn<B> {
-        let gate = gate(record.gate);
-        let activation = match mode {
-            RnnMode::RnnRelu => burn::nn::activation::ActivationConfig::Relu.init(device),
-            _ => tanh(device),
-        };
-        Rnn {
-            d_hidden: hidden_of(&gate),
-            gate,
-            batch_first: true,
-            reverse: false,
-            clip: None,
-            hidden_activation: activation,
-        }
+        Rnn::from_gates(mode, gates([record.gate]), true, device)
     }
 
     /// A `BiRnn` of `mode` holding `record`'s weights.
@@ -978,12 +935,7 @@ pub(crate) mod records {
         mode: RnnMode,
         device: &B::Device,
     ) -> BiRnn<B> {
-        let forward = rnn(record.forward, mode, device);
-        BiRnn {
-            d_hidden: forward.d_hidden,
-            forward,
-            reverse: rnn(record.reverse, mode, device),
-            batch_first: true,
-        }
+        let [fw, bw] = [record.forward, record.reverse].map(|r| rnn(r, mode, device));
+        BiRnn::from_directions(fw, bw, true)
     }
 }

@@ -16,6 +16,18 @@
 //! without the fused kernels or the single backward node. To get the fused op on such a
 //! backend, implement `FusedRnnBackend` for it and call [`FusedRnn`] directly.
 
+// Without a backend feature there is nothing to dispatch to: everything runs the
+// reference, and what dispatches goes unused.
+#![cfg_attr(
+    not(any(
+        feature = "ndarray",
+        feature = "flex",
+        feature = "wgpu",
+        feature = "cuda"
+    )),
+    allow(dead_code, unused_variables, unused_macros)
+)]
+
 use core::any::Any;
 
 use burn::tensor::backend::Backend;
@@ -23,16 +35,6 @@ use burn::tensor::Tensor;
 
 use crate::module::{FusedRnn, RnnState};
 
-// Without a backend feature there is nothing to dispatch to: everything runs the reference.
-#[cfg_attr(
-    not(any(
-        feature = "ndarray",
-        feature = "flex",
-        feature = "wgpu",
-        feature = "cuda"
-    )),
-    allow(dead_code)
-)]
 /// `value` as type `To`, which is its own type (`From` and `To` are the same type, known
 /// only at run time).
 fn same<From: 'static, To: 'static>(value: From) -> To {
@@ -49,26 +51,8 @@ pub(crate) fn forward<B: Backend>(
     input: Tensor<B, 3>,
     state: Option<RnnState<B>>,
 ) -> (Tensor<B, 3>, RnnState<B>) {
-    #[cfg_attr(
-        not(any(
-            feature = "ndarray",
-            feature = "flex",
-            feature = "wgpu",
-            feature = "cuda"
-        )),
-        allow(unused_variables, unused_macros)
-    )]
     let any = fused as &dyn Any;
     // Tries each backend `$t`, with `Autodiff` over it (both checkpointing strategies).
-    #[cfg_attr(
-        not(any(
-            feature = "ndarray",
-            feature = "flex",
-            feature = "wgpu",
-            feature = "cuda"
-        )),
-        allow(unused_macros)
-    )]
     macro_rules! native {
         ($($t:ty),* $(,)?) => {$(
             native!(@one $t);

@@ -1,86 +1,54 @@
 //! `Gru` and `BiGru`, burn-nn's API over the fused op (Note [Drop-in layers]).
 
-use burn::config::Config;
-use burn::module::Initializer;
 use burn::nn::activation::ActivationConfig;
-use burn::nn::{BiGruRecord, GruRecord};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use super::{
-    check_activation, check_clip, device_of, one_layer, refuse, run, top_layer, with_weights_of,
+    check_activation, check_clip, drop_in_configs, drop_in_layer, one_layer, refuse, run, top_layer,
 };
-use crate::config::FusedRnnConfig;
 use crate::interop::burn_nn::records;
-use crate::interop::InteropError;
-use crate::module::FusedRnn;
 use crate::spec::RnnMode;
 
-/// Configuration of a [`Gru`]: burn-nn's `GruConfig`, plus `batch_first`, `num_layers`,
-/// `dropout` and `seed` (Note [Drop-in layers] in [`crate::nn`]).
-#[derive(Config, Debug)]
-pub struct GruConfig {
-    /// The size of the input features.
-    pub d_input: usize,
-    /// The size of the hidden state.
-    pub d_hidden: usize,
-    /// Whether the gates have biases.
-    pub bias: bool,
-    /// GRU "reset after" (cuDNN's and PyTorch's form, burn-nn's default): must be `true`.
-    #[config(default = "true")]
-    pub reset_after: bool,
-    /// Initializer of every gate's weights and biases, drawn as burn-nn draws them.
-    #[config(default = "Initializer::XavierNormal{gain:1.0}")]
-    pub initializer: Initializer,
-    /// Activation of the reset and update gates: must be `Sigmoid`.
-    #[config(default = "ActivationConfig::Sigmoid")]
-    pub gate_activation: ActivationConfig,
-    /// Activation of the new gate: must be `Tanh`.
-    #[config(default = "ActivationConfig::Tanh")]
-    pub hidden_activation: ActivationConfig,
-    /// Hidden-state clipping: refused (the fused cells do not clip); must be `None`.
-    pub clip: Option<f64>,
-    /// If true (burn-nn's `Gru` always is), inputs and outputs are `[batch_size,
-    /// seq_length, features]`; otherwise `[seq_length, batch_size, features]` (beyond
-    /// burn-nn).
-    #[config(default = true)]
-    pub batch_first: bool,
-    /// Layers stacked in one fused op (beyond burn-nn).
-    #[config(default = 1)]
-    pub num_layers: usize,
-    /// Dropout between stacked layers, in training (beyond burn-nn).
-    #[config(default = 0.0)]
-    pub dropout: f64,
-    /// Seed of the dropout masks (beyond burn-nn).
-    #[config(default = 0)]
-    pub seed: u64,
+drop_in_configs! {
+    /// Configuration of a [`Gru`]: burn-nn's `GruConfig`, plus `batch_first`, `num_layers`,
+    /// `dropout` and `seed` (Note [Drop-in layers] in [`crate::nn`]).
+    GruConfig;
+    /// Configuration of a [`BiGru`]: burn-nn's `BiGruConfig`, plus `num_layers`, `dropout`
+    /// and `seed` (Note [Drop-in layers] in [`crate::nn`]).
+    BiGruConfig;
+    {
+        /// GRU "reset after" (cuDNN's and PyTorch's form, burn-nn's default): must be
+        /// `true`.
+        #[config(default = "true")]
+        pub reset_after: bool,
+        /// Activation of the reset and update gates: must be `Sigmoid`.
+        #[config(default = "ActivationConfig::Sigmoid")]
+        pub gate_activation: ActivationConfig,
+        /// Activation of the new gate: must be `Tanh`.
+        #[config(default = "ActivationConfig::Tanh")]
+        pub hidden_activation: ActivationConfig,
+        /// Hidden-state clipping: refused (the fused cells do not clip); must be `None`.
+        pub clip: Option<f64>,
+    }
 }
 
-/// A GRU layer with burn-nn's API (`burn::nn::Gru`), run as one fused op.
-///
-/// Made by [`GruConfig::init`]; see Note [Drop-in layers] in [`crate::nn`].
-#[derive(Clone, Debug)]
-pub struct Gru<B: Backend> {
-    fused: FusedRnn<B>,
-    /// The size of the hidden state (of each direction).
-    pub d_hidden: usize,
-    /// The layout of inputs and outputs: `[batch_size, seq_length, features]` when true,
-    /// `[seq_length, batch_size, features]` otherwise.
-    pub batch_first: bool,
-    /// Whether the sequence runs from its last step to its first (`Lstm` and `Rnn` only;
-    /// always false for the others).
-    pub reverse: bool,
+drop_in_layer! {
+    /// A GRU layer with burn-nn's API (`burn::nn::Gru`), run as one fused op.
+    ///
+    /// Made by [`GruConfig::init`]; see Note [Drop-in layers] in [`crate::nn`].
+    Gru for burn::nn::Gru, GruRecord => |record, _, device| records::gru(record, device), forward_only
 }
 
-/// Refuses the GRU options the fused cells cannot compute.
+/// Refuses the options of `GruConfig` or `BiGruConfig` (of layer `use_instead`) that the
+/// fused cells cannot compute.
 fn check_gru_options(
-    config: &str,
     use_instead: &str,
     reset_after: bool,
     clip: Option<f64>,
-    gate: &ActivationConfig,
-    hidden: &ActivationConfig,
+    [gate, hidden]: [&ActivationConfig; 2],
 ) {
+    let config = &format!("{use_instead}Config");
     if !reset_after {
         refuse(
             config,
@@ -103,23 +71,11 @@ impl GruConfig {
     ///
     /// Naming the field, when an option is one the fused cells cannot compute
     /// (`reset_after = false`, `clip`, a non-standard activation), or when a size is
-    /// invalid (see [`FusedRnnConfig::spec`]).
+    /// invalid (see [`FusedRnnConfig::spec`](crate::FusedRnnConfig::spec)).
     pub fn init<B: Backend>(&self, device: &B::Device) -> Gru<B> {
-        check_gru_options(
-            "GruConfig",
-            "Gru",
-            self.reset_after,
-            self.clip,
-            &self.gate_activation,
-            &self.hidden_activation,
-        );
-        let config = FusedRnnConfig::new(RnnMode::Gru, self.d_input, self.d_hidden)
-            .with_num_layers(self.num_layers)
-            .with_bias(self.bias)
-            .with_batch_first(self.batch_first)
-            .with_dropout(self.dropout)
-            .with_seed(self.seed);
-        Gru::wrap(config.init_like_burn_nn(&self.initializer, device), false)
+        let activations = [&self.gate_activation, &self.hidden_activation];
+        check_gru_options("Gru", self.reset_after, self.clip, activations);
+        Gru::wrap(self.init_fused(RnnMode::Gru, false, device), false)
     }
 }
 
@@ -151,16 +107,6 @@ impl<B: Backend> Gru<B> {
         run(&self.fused, self.batch_first, false, batched_input, state).0
     }
 
-    /// Like [`Gru::forward`], with the states of every layer (`hidden`
-    /// `[num_layers, batch_size, d_hidden]`) in and out.
-    pub fn forward_stack(
-        &self,
-        batched_input: Tensor<B, 3>,
-        state: Option<crate::RnnState<B>>,
-    ) -> (Tensor<B, 3>, crate::RnnState<B>) {
-        run(&self.fused, self.batch_first, false, batched_input, state)
-    }
-
     /// The final state of the top layer, `[batch_size, d_hidden]`, with the outputs (what
     /// burn-nn's `Gru` does not return).
     pub fn forward_with_state(
@@ -174,88 +120,12 @@ impl<B: Backend> Gru<B> {
     }
 }
 
-impl<B: Backend> Gru<B> {
-    /// The drop-in holding the weights of burn-nn's `layer`.
+drop_in_layer! {
+    /// A bidirectional GRU layer with burn-nn's API (`burn::nn::BiGru`), both directions
+    /// run as one fused op.
     ///
-    /// # Errors
-    ///
-    /// As [`FusedRnn::from_burn_nn`].
-    pub fn from_burn_nn(layer: &burn::nn::Gru<B>) -> Result<Self, InteropError> {
-        Ok(Self::wrap(FusedRnn::from_burn_nn(layer)?, false))
-    }
-
-    /// Replaces the weights by those of a record of burn-nn's `Gru`, checked against this
-    /// layer's configuration.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lstm::load_burn_nn_record`](super::Lstm::load_burn_nn_record).
-    pub fn load_burn_nn_record(self, record: GruRecord<B>) -> Result<Self, InteropError> {
-        let device = device_of(&self.fused);
-        let layer = records::gru(record, &device);
-        Ok(Self {
-            fused: with_weights_of(&self.fused, &layer)?,
-            ..self
-        })
-    }
-}
-
-super::drop_in_module!(Gru);
-
-/// Configuration of a [`BiGru`]: burn-nn's `BiGruConfig`, plus `num_layers`, `dropout` and
-/// `seed` (Note [Drop-in layers] in [`crate::nn`]).
-#[derive(Config, Debug)]
-pub struct BiGruConfig {
-    /// The size of the input features.
-    pub d_input: usize,
-    /// The size of the hidden state of each direction.
-    pub d_hidden: usize,
-    /// Whether the gates have biases.
-    pub bias: bool,
-    /// GRU "reset after": must be `true`.
-    #[config(default = "true")]
-    pub reset_after: bool,
-    /// Initializer of every gate's weights and biases, drawn as burn-nn draws them.
-    #[config(default = "Initializer::XavierNormal{gain:1.0}")]
-    pub initializer: Initializer,
-    /// If true, inputs and outputs are `[batch_size, seq_length, features]`; otherwise
-    /// `[seq_length, batch_size, features]`.
-    #[config(default = true)]
-    pub batch_first: bool,
-    /// Activation of the reset and update gates: must be `Sigmoid`.
-    #[config(default = "ActivationConfig::Sigmoid")]
-    pub gate_activation: ActivationConfig,
-    /// Activation of the new gate: must be `Tanh`.
-    #[config(default = "ActivationConfig::Tanh")]
-    pub hidden_activation: ActivationConfig,
-    /// Hidden-state clipping: refused (the fused cells do not clip); must be `None`.
-    pub clip: Option<f64>,
-    /// Bidirectional layers stacked in one fused op (beyond burn-nn).
-    #[config(default = 1)]
-    pub num_layers: usize,
-    /// Dropout between stacked layers, in training (beyond burn-nn).
-    #[config(default = 0.0)]
-    pub dropout: f64,
-    /// Seed of the dropout masks (beyond burn-nn).
-    #[config(default = 0)]
-    pub seed: u64,
-}
-
-/// A bidirectional GRU layer with burn-nn's API (`burn::nn::BiGru`), both directions run as
-/// one fused op.
-///
-/// Made by [`BiGruConfig::init`]; see Note [Drop-in layers] in [`crate::nn`].
-#[derive(Clone, Debug)]
-pub struct BiGru<B: Backend> {
-    fused: FusedRnn<B>,
-    /// The size of the hidden state (of each direction).
-    pub d_hidden: usize,
-    /// The layout of inputs and outputs: `[batch_size, seq_length, features]` when true,
-    /// `[seq_length, batch_size, features]` otherwise.
-    pub batch_first: bool,
-    /// Whether the sequence runs from its last step to its first (`Lstm` and `Rnn` only;
-    /// always false for the others).
-    pub reverse: bool,
+    /// Made by [`BiGruConfig::init`]; see Note [Drop-in layers] in [`crate::nn`].
+    BiGru for burn::nn::BiGru, BiGruRecord => |record, _, device| records::bigru(record, device), forward_only
 }
 
 impl BiGruConfig {
@@ -265,22 +135,9 @@ impl BiGruConfig {
     ///
     /// As [`GruConfig::init`].
     pub fn init<B: Backend>(&self, device: &B::Device) -> BiGru<B> {
-        check_gru_options(
-            "BiGruConfig",
-            "BiGru",
-            self.reset_after,
-            self.clip,
-            &self.gate_activation,
-            &self.hidden_activation,
-        );
-        let config = FusedRnnConfig::new(RnnMode::Gru, self.d_input, self.d_hidden)
-            .with_num_layers(self.num_layers)
-            .with_bidirectional(true)
-            .with_bias(self.bias)
-            .with_batch_first(self.batch_first)
-            .with_dropout(self.dropout)
-            .with_seed(self.seed);
-        BiGru::wrap(config.init_like_burn_nn(&self.initializer, device), false)
+        let activations = [&self.gate_activation, &self.hidden_activation];
+        check_gru_options("BiGru", self.reset_after, self.clip, activations);
+        BiGru::wrap(self.init_fused(RnnMode::Gru, true, device), false)
     }
 }
 
@@ -317,41 +174,4 @@ impl<B: Backend> BiGru<B> {
         );
         (y, state.hidden)
     }
-
-    /// Like [`BiGru::forward`], with this crate's [`RnnState`](crate::RnnState).
-    pub fn forward_stack(
-        &self,
-        batched_input: Tensor<B, 3>,
-        state: Option<crate::RnnState<B>>,
-    ) -> (Tensor<B, 3>, crate::RnnState<B>) {
-        run(&self.fused, self.batch_first, false, batched_input, state)
-    }
 }
-
-impl<B: Backend> BiGru<B> {
-    /// The drop-in holding the weights and layout of burn-nn's `layer`.
-    ///
-    /// # Errors
-    ///
-    /// As [`FusedRnn::from_burn_nn`].
-    pub fn from_burn_nn(layer: &burn::nn::BiGru<B>) -> Result<Self, InteropError> {
-        Ok(Self::wrap(FusedRnn::from_burn_nn(layer)?, false))
-    }
-
-    /// Replaces the weights by those of a record of burn-nn's `BiGru`, checked against this
-    /// layer's configuration.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lstm::load_burn_nn_record`](super::Lstm::load_burn_nn_record).
-    pub fn load_burn_nn_record(self, record: BiGruRecord<B>) -> Result<Self, InteropError> {
-        let device = device_of(&self.fused);
-        let layer = records::bigru(record, &device);
-        Ok(Self {
-            fused: with_weights_of(&self.fused, &layer)?,
-            ..self
-        })
-    }
-}
-
-super::drop_in_module!(BiGru);

@@ -203,12 +203,188 @@ fn with_weights_of<B: Backend, L: BurnNnLayer<B>>(
     canonical.build(&fused.config(), &device_of(fused))
 }
 
-/// Implements `Module`, `AutodiffModule` and the display traits for a drop-in layer
-/// `$name { fused: FusedRnn<B>, d_hidden, batch_first, reverse }` by delegating to the
-/// fused module: its record is the fused module's, the canonical
-/// [`FusedRnnRecord`](crate::FusedRnnRecord).
-macro_rules! drop_in_module {
-    ($name:ident) => {
+/// Defines the configurations of a drop-in pair, `$uni` and `$bi` (`LstmConfig` and
+/// `BiLstmConfig`, ...): the fields every burn-nn recurrent config has (`d_input`,
+/// `d_hidden`, `bias`, `initializer`, `batch_first`), `reverse` for a `$uni` marked
+/// `reversible`, the pair's own fields (`$fields`), then this crate's `num_layers`,
+/// `dropout` and `seed`; and for each, `init_fused`, the fused module it describes, drawn as
+/// burn-nn draws its layer's weights.
+macro_rules! drop_in_configs {
+    (
+        $(#[$uni_doc:meta])* $uni:ident $(+ $reverse:ident)?;
+        $(#[$bi_doc:meta])* $bi:ident;
+        { $($fields:tt)* }
+    ) => {
+        $crate::nn::drop_in_configs!(@one $(#[$uni_doc])* $uni {
+            $(
+                /// Runs the sequence from its last step to its first (the outputs stay
+                /// aligned with the inputs).
+                #[config(default = false)]
+                pub $reverse: bool,
+            )?
+            $($fields)*
+        });
+        $crate::nn::drop_in_configs!(@one $(#[$bi_doc])* $bi { $($fields)* });
+    };
+    (
+        @one $(#[$doc:meta])*
+        // The types as tokens (`Option<f64>`, not a `ty` fragment): Burn's `Config` derive
+        // recognises an optional field by its `Option` ident.
+        $name:ident { $($(#[$field_doc:meta])* pub $field:ident: $ty:ident $(<$arg:ident>)?,)* }
+    ) => {
+        $(#[$doc])*
+        #[derive(burn::config::Config, Debug)]
+        pub struct $name {
+            /// The size of the input features.
+            pub d_input: usize,
+            /// The size of the hidden state (of each direction).
+            pub d_hidden: usize,
+            /// Whether the gates have biases.
+            pub bias: bool,
+            /// Initializer of every gate's weights and biases, drawn as burn-nn draws them.
+            #[config(default = "burn::module::Initializer::XavierNormal{gain:1.0}")]
+            pub initializer: burn::module::Initializer,
+            /// If true, inputs and outputs are `[batch_size, seq_length, features]`;
+            /// otherwise `[seq_length, batch_size, features]` (burn-nn's `Gru` has no such
+            /// field: it is always batch-first).
+            #[config(default = true)]
+            pub batch_first: bool,
+            $($(#[$field_doc])* pub $field: $ty $(<$arg>)?,)*
+            /// Layers stacked in one fused op (beyond burn-nn).
+            #[config(default = 1)]
+            pub num_layers: usize,
+            /// Dropout between stacked layers, in training (beyond burn-nn).
+            #[config(default = 0.0)]
+            pub dropout: f64,
+            /// Seed of the dropout masks (beyond burn-nn).
+            #[config(default = 0)]
+            pub seed: u64,
+        }
+
+        impl $name {
+            /// The fused module of this configuration with cell `mode`, every weight drawn
+            /// now by `initializer` with burn-nn's shapes and fans.
+            fn init_fused<B: burn::tensor::backend::Backend>(
+                &self,
+                mode: $crate::RnnMode,
+                bidirectional: bool,
+                device: &B::Device,
+            ) -> $crate::FusedRnn<B> {
+                $crate::FusedRnnConfig::new(mode, self.d_input, self.d_hidden)
+                    .with_num_layers(self.num_layers)
+                    .with_bidirectional(bidirectional)
+                    .with_bias(self.bias)
+                    .with_batch_first(self.batch_first)
+                    .with_dropout(self.dropout)
+                    .with_seed(self.seed)
+                    .init_like_burn_nn(&self.initializer, device)
+            }
+        }
+    };
+}
+
+use drop_in_configs;
+
+/// Defines a drop-in layer `$name { fused: FusedRnn<B>, d_hidden, batch_first, reverse }`
+/// for burn-nn's `$burn_nn`, with what every drop-in has: `forward_stack`, `from_burn_nn`,
+/// `load_burn_nn_record` (through `$to_layer`, which rebuilds burn-nn's layer from its
+/// record `$record`, given the cell mode and device), the file loaders, and `Module`,
+/// `AutodiffModule` and the display traits, delegated to the fused module: the record is
+/// the fused module's, the canonical [`FusedRnnRecord`](crate::FusedRnnRecord).
+///
+/// `reversible` for the types whose burn-nn layer has a `reverse` flag (`Lstm`, `Rnn`):
+/// `from_burn_nn` takes it over; `forward_only` for the others.
+macro_rules! drop_in_layer {
+    (
+        $(#[$doc:meta])*
+        $name:ident for burn::nn::$burn_nn:ident, $record:ident => $to_layer:expr, $reverse:ident
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug)]
+        pub struct $name<B: burn::tensor::backend::Backend> {
+            fused: $crate::FusedRnn<B>,
+            /// The size of the hidden state (of each direction).
+            pub d_hidden: usize,
+            /// The layout of inputs and outputs: `[batch_size, seq_length, features]` when
+            /// true, `[seq_length, batch_size, features]` otherwise.
+            pub batch_first: bool,
+            /// Whether the sequence runs from its last step to its first (`Lstm` and `Rnn`
+            /// only; always false for the others).
+            pub reverse: bool,
+        }
+
+        impl<B: burn::tensor::backend::Backend> $name<B> {
+            #[doc = concat!("Like [`", stringify!($name), "::forward`], with the states of every \
+                layer as this crate's [`RnnState`](crate::RnnState): `hidden` (and an \
+                LSTM's `cell`) `[num_layers * directions, batch_size, d_hidden]`, layer \
+                `l`'s directions at `2l` and `2l + 1` (Note [Drop-in layers]).")]
+            pub fn forward_stack(
+                &self,
+                batched_input: burn::tensor::Tensor<B, 3>,
+                state: Option<$crate::RnnState<B>>,
+            ) -> (burn::tensor::Tensor<B, 3>, $crate::RnnState<B>) {
+                $crate::nn::run(
+                    &self.fused,
+                    self.batch_first,
+                    self.reverse,
+                    batched_input,
+                    state,
+                )
+            }
+
+            #[doc = concat!(
+                "The drop-in holding the weights and settings of burn-nn's `",
+                stringify!($burn_nn), "` `layer`.\n\n# Errors\n\nAs \
+                [`FusedRnn::from_burn_nn`](crate::FusedRnn::from_burn_nn) (`reverse`, \
+                where burn-nn's layer has it, is supported).")]
+            pub fn from_burn_nn(
+                layer: &burn::nn::$burn_nn<B>,
+            ) -> Result<Self, $crate::interop::InteropError> {
+                $crate::nn::drop_in_layer!(@from_burn_nn $reverse, layer)
+            }
+
+            #[doc = concat!(
+                "Replaces the weights by those of a record of burn-nn's `",
+                stringify!($burn_nn), "` (what its `save_file` wrote), checked against this \
+                layer's configuration (the activation of an `Rnn` comes from the \
+                configuration: a record holds none).\n\n# Errors\n\n\
+                [`InteropError::Shape`](crate::interop::InteropError::Shape), \
+                [`InteropError::Missing`](crate::interop::InteropError::Missing) or \
+                [`InteropError::Unexpected`](crate::interop::InteropError::Unexpected) \
+                naming the tensor when the record does not fit the configuration (sizes, \
+                bias, number of layers), \
+                [`InteropError::NotFinite`](crate::interop::InteropError::NotFinite) for a \
+                NaN or infinite weight.")]
+            pub fn load_burn_nn_record(
+                self,
+                record: burn::nn::$record<B>,
+            ) -> Result<Self, $crate::interop::InteropError> {
+                let device = $crate::nn::device_of(&self.fused);
+                let layer = ($to_layer)(record, self.fused.spec().mode, &device);
+                Ok(Self {
+                    fused: $crate::nn::with_weights_of(&self.fused, &layer)?,
+                    ..self
+                })
+            }
+        }
+
+        $crate::nn::drop_in_layer!(@module $name);
+    };
+    (@from_burn_nn reversible, $layer:ident) => {{
+        // Read (and so draw) the layer's parameters first: a clone of a parameter never
+        // read would draw its own values.
+        let _ = burn::module::Module::devices($layer);
+        let mut forward = $layer.clone();
+        forward.reverse = false;
+        Ok(Self::wrap(
+            $crate::FusedRnn::from_burn_nn(&forward)?,
+            $layer.reverse,
+        ))
+    }};
+    (@from_burn_nn forward_only, $layer:ident) => {
+        Ok(Self::wrap($crate::FusedRnn::from_burn_nn($layer)?, false))
+    };
+    (@module $name:ident) => {
         impl<B: burn::tensor::backend::Backend> burn::module::Module<B> for $name<B> {
             type Record = crate::FusedRnnRecord<B>;
 
@@ -418,4 +594,4 @@ macro_rules! drop_in_module {
     };
 }
 
-use drop_in_module;
+use drop_in_layer;
