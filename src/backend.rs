@@ -77,3 +77,46 @@ pub trait FusedRnnBackend: Backend {
         None
     }
 }
+
+/// The four methods of `impl FusedRnnBackend` for a backend whose every call runs
+/// implementation `$module` (`cpu`, `cube`): its `forward`, `forward_training`,
+/// `reserve_layout` and `backward`.
+#[allow(unused_macros)] // Used only with a backend feature.
+macro_rules! implemented_by {
+    ($module:ident) => {
+        fn fused_rnn_forward(
+            desc: &$crate::RnnDescriptor,
+            inputs: $crate::RnnInputs<Self>,
+        ) -> $crate::RnnOutput<Self> {
+            $crate::$module::forward::<Self>(desc, inputs)
+        }
+
+        fn fused_rnn_forward_training(
+            desc: &$crate::RnnDescriptor,
+            inputs: $crate::RnnInputs<Self>,
+        ) -> ($crate::RnnOutput<Self>, $crate::RnnReserve<Self>) {
+            $crate::$module::forward_training::<Self>(desc, inputs)
+        }
+
+        fn fused_rnn_reserve_layout(
+            desc: &$crate::RnnDescriptor,
+            dtype: burn::tensor::DType,
+            _device: &Self::Device,
+        ) -> Vec<(Vec<usize>, burn::tensor::DType)> {
+            $crate::$module::reserve_layout(desc, dtype)
+        }
+
+        fn fused_rnn_backward(
+            desc: &$crate::RnnDescriptor,
+            inputs: $crate::RnnInputs<Self>,
+            output: $crate::RnnOutput<Self>,
+            reserve: $crate::RnnReserve<Self>,
+            grads: $crate::RnnOutputGrads<Self>,
+        ) -> $crate::RnnGrads<Self> {
+            $crate::$module::backward::<Self>(desc, inputs, output, reserve, grads)
+        }
+    };
+}
+
+#[allow(unused_imports)] // Used only with a backend feature.
+pub(crate) use implemented_by;

@@ -61,7 +61,49 @@ pub struct RnnDescriptor {
     pub dropout: DropoutSpec,
 }
 
+/// The sizes of one call that every implementation's plan starts from: `T`, `B`, `H`,
+/// `P`, `D` and `G`. The CPU kernel's and the CubeCL kernels' plans deref to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sizes {
+    /// Time steps `T`.
+    pub(crate) t: usize,
+    /// Batch size `B`.
+    pub(crate) b: usize,
+    /// Hidden size `H`.
+    pub(crate) h: usize,
+    /// State size `P` (`H`, or the LSTM projection's size).
+    pub(crate) p: usize,
+    /// Directions `D`.
+    pub(crate) nd: usize,
+    /// Gates `G`.
+    pub(crate) g: usize,
+}
+
+impl Sizes {
+    /// `T · B`, the rows of a sequence tensor.
+    pub(crate) fn rows(&self) -> usize {
+        self.t * self.b
+    }
+
+    /// `G · H`, the width of the gate pre-activations.
+    pub(crate) fn gh(&self) -> usize {
+        self.g * self.h
+    }
+}
+
 impl RnnDescriptor {
+    /// The call's [`Sizes`].
+    pub(crate) fn sizes(&self) -> Sizes {
+        Sizes {
+            t: self.seq_length,
+            b: self.batch_size,
+            h: self.spec.d_hidden,
+            p: self.spec.d_state(),
+            nd: self.spec.num_directions(),
+            g: self.spec.mode.num_gates(),
+        }
+    }
+
     /// Describes one call.
     ///
     /// # Panics

@@ -67,34 +67,7 @@ where
     I: burn::backend::wgpu::IntElement,
     BT: burn::backend::wgpu::BoolElement,
 {
-    fn fused_rnn_forward(desc: &RnnDescriptor, inputs: RnnInputs<Self>) -> RnnOutput<Self> {
-        cube::forward::<Self>(desc, inputs)
-    }
-
-    fn fused_rnn_forward_training(
-        desc: &RnnDescriptor,
-        inputs: RnnInputs<Self>,
-    ) -> (RnnOutput<Self>, RnnReserve<Self>) {
-        cube::forward_training::<Self>(desc, inputs)
-    }
-
-    fn fused_rnn_reserve_layout(
-        desc: &RnnDescriptor,
-        dtype: burn::tensor::DType,
-        _device: &Self::Device,
-    ) -> Vec<(Vec<usize>, burn::tensor::DType)> {
-        cube::reserve_layout(desc, dtype)
-    }
-
-    fn fused_rnn_backward(
-        desc: &RnnDescriptor,
-        inputs: RnnInputs<Self>,
-        output: RnnOutput<Self>,
-        reserve: RnnReserve<Self>,
-        grads: RnnOutputGrads<Self>,
-    ) -> RnnGrads<Self> {
-        cube::backward::<Self>(desc, inputs, output, reserve, grads)
-    }
+    backend::implemented_by!(cube);
 }
 
 /// The Rust snippets of docs/GPU.md, compiled and run as doctests.

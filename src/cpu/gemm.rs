@@ -45,6 +45,21 @@ fn extent(rows: usize, cols: usize, row_stride: usize, col_stride: usize) -> usi
         .expect("matrix extent overflows usize")
 }
 
+/// Panics, naming the view (`what`), unless every element of a `rows × cols` view with
+/// these strides falls inside a slice of `len` elements.
+fn check_extent(
+    what: &str,
+    len: usize,
+    [rows, cols]: [usize; 2],
+    [row_stride, col_stride]: [usize; 2],
+) {
+    let end = extent(rows, cols, row_stride, col_stride);
+    assert!(
+        end <= len,
+        "{what} [{rows}, {cols}] (strides {row_stride}, {col_stride}) needs {end} elements, the slice has {len}"
+    );
+}
+
 impl<'a, T> Mat<'a, T> {
     /// A view of `data`.
     ///
@@ -58,11 +73,11 @@ impl<'a, T> Mat<'a, T> {
         row_stride: usize,
         col_stride: usize,
     ) -> Self {
-        let end = extent(rows, cols, row_stride, col_stride);
-        assert!(
-            end <= data.len(),
-            "matrix view [{rows}, {cols}] (strides {row_stride}, {col_stride}) needs {end} elements, the slice has {}",
-            data.len()
+        check_extent(
+            "matrix view",
+            data.len(),
+            [rows, cols],
+            [row_stride, col_stride],
         );
         Self {
             data,
@@ -109,12 +124,7 @@ impl<'a, T> MatMut<'a, T> {
             rows <= 1 || row_stride >= cols,
             "destination rows overlap: row stride {row_stride} < {cols} columns"
         );
-        let end = extent(rows, cols, row_stride, 1);
-        assert!(
-            end <= data.len(),
-            "destination [{rows}, {cols}] (row stride {row_stride}) needs {end} elements, the slice has {}",
-            data.len()
-        );
+        check_extent("destination", data.len(), [rows, cols], [row_stride, 1]);
         Self {
             data,
             rows,

@@ -320,40 +320,11 @@ fn backward_in<B: HostBackend, T: Host>(
     }
 }
 
-/// `impl FusedRnnBackend` for a host backend: the four methods through this kernel.
+/// `impl FusedRnnBackend` for a host backend: the four methods through this kernel, and
+/// its buffers' identity (Note [Flat weights across calls] in `crate::module`).
 macro_rules! native_impl {
     () => {
-        fn fused_rnn_forward(
-            desc: &$crate::RnnDescriptor,
-            inputs: $crate::RnnInputs<Self>,
-        ) -> $crate::RnnOutput<Self> {
-            $crate::cpu::forward::<Self>(desc, inputs)
-        }
-
-        fn fused_rnn_forward_training(
-            desc: &$crate::RnnDescriptor,
-            inputs: $crate::RnnInputs<Self>,
-        ) -> ($crate::RnnOutput<Self>, $crate::RnnReserve<Self>) {
-            $crate::cpu::forward_training::<Self>(desc, inputs)
-        }
-
-        fn fused_rnn_reserve_layout(
-            desc: &$crate::RnnDescriptor,
-            dtype: burn::tensor::DType,
-            _device: &Self::Device,
-        ) -> Vec<(Vec<usize>, burn::tensor::DType)> {
-            $crate::cpu::reserve_layout(desc, dtype)
-        }
-
-        fn fused_rnn_backward(
-            desc: &$crate::RnnDescriptor,
-            inputs: $crate::RnnInputs<Self>,
-            output: $crate::RnnOutput<Self>,
-            reserve: $crate::RnnReserve<Self>,
-            grads: $crate::RnnOutputGrads<Self>,
-        ) -> $crate::RnnGrads<Self> {
-            $crate::cpu::backward::<Self>(desc, inputs, output, reserve, grads)
-        }
+        $crate::backend::implemented_by!(cpu);
 
         fn fused_rnn_buffer_identity(
             t: &burn::tensor::ops::FloatTensor<Self>,

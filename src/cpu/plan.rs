@@ -36,7 +36,7 @@ use core::ops::Range;
 use super::float::Float;
 use super::packed::Packed;
 use super::simd::SimdLevel;
-use crate::descriptor::RnnDescriptor;
+use crate::descriptor::{RnnDescriptor, Sizes};
 use crate::dropout::LayerMask;
 use crate::layout::{ParamKind, RnnLayout};
 use crate::spec::{RnnMode, RnnSpec};
@@ -47,14 +47,8 @@ pub(crate) struct Plan<'d> {
     pub(crate) desc: &'d RnnDescriptor,
     pub(crate) spec: RnnSpec,
     pub(crate) layout: RnnLayout,
-    /// `T`, `B`, `H`, `P`, `D`.
-    pub(crate) t: usize,
-    pub(crate) b: usize,
-    pub(crate) h: usize,
-    pub(crate) p: usize,
-    pub(crate) nd: usize,
-    /// Gates `G`.
-    pub(crate) g: usize,
+    /// `T`, `B`, `H`, `P`, `D`, `G` (the plan derefs to them).
+    pub(crate) sizes: Sizes,
     /// Valid length of each sequence.
     pub(crate) lengths: Vec<usize>,
     /// Whether some sequence is shorter than `T`.
@@ -63,6 +57,14 @@ pub(crate) struct Plan<'d> {
     pub(crate) threads: usize,
     /// The SIMD level of every loop of the call (Note [SIMD levels] in `super::simd`).
     pub(crate) level: SimdLevel,
+}
+
+impl core::ops::Deref for Plan<'_> {
+    type Target = Sizes;
+
+    fn deref(&self) -> &Sizes {
+        &self.sizes
+    }
 }
 
 impl<'d> Plan<'d> {
@@ -75,27 +77,12 @@ impl<'d> Plan<'d> {
             desc,
             spec,
             layout: RnnLayout::new(spec),
-            t: desc.seq_length,
-            b: desc.batch_size,
-            h: spec.d_hidden,
-            p: spec.d_state(),
-            nd: spec.num_directions(),
-            g: spec.mode.num_gates(),
+            sizes: desc.sizes(),
             padded: lengths.iter().any(|&len| len < desc.seq_length),
             lengths,
             threads: rayon::current_num_threads().max(1),
             level: SimdLevel::current(),
         }
-    }
-
-    /// `T · B`, the rows of a sequence tensor.
-    pub(crate) fn rows(&self) -> usize {
-        self.t * self.b
-    }
-
-    /// `G · H`, the width of the gate pre-activations.
-    pub(crate) fn gh(&self) -> usize {
-        self.g * self.h
     }
 
     /// The row of step `t` of sequence `b` (Note [Rows]).

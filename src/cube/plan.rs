@@ -10,7 +10,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use cubecl::prelude::*;
 
 use super::kernel::{self, gate_row_blocks, num_gates};
-use crate::descriptor::RnnDescriptor;
+use crate::descriptor::{RnnDescriptor, Sizes};
 use crate::dropout::LayerMask;
 use crate::layout::{ParamKind, RnnLayout};
 use crate::spec::{RnnMode, RnnSpec};
@@ -101,19 +101,22 @@ pub(crate) struct Plan<'d> {
     pub(crate) desc: &'d RnnDescriptor,
     pub(crate) spec: RnnSpec,
     pub(crate) layout: RnnLayout,
-    /// `T`, `B`, `H`, `P`, `D`, `G`.
-    pub(crate) t: usize,
-    pub(crate) b: usize,
-    pub(crate) h: usize,
-    pub(crate) p: usize,
-    pub(crate) nd: usize,
-    pub(crate) g: usize,
+    /// `T`, `B`, `H`, `P`, `D`, `G` (the plan derefs to them).
+    pub(crate) sizes: Sizes,
     /// The mode as the kernels' compile-time parameter.
     pub(crate) mode: u32,
     /// Valid length of each sequence.
     pub(crate) lengths: Vec<u32>,
     /// Whether some sequence is shorter than `T`.
     pub(crate) padded: bool,
+}
+
+impl core::ops::Deref for Plan<'_> {
+    type Target = Sizes;
+
+    fn deref(&self) -> &Sizes {
+        &self.sizes
+    }
 }
 
 impl<'d> Plan<'d> {
@@ -126,26 +129,11 @@ impl<'d> Plan<'d> {
             desc,
             spec,
             layout: RnnLayout::new(spec),
-            t: desc.seq_length,
-            b: desc.batch_size,
-            h: spec.d_hidden,
-            p: spec.d_state(),
-            nd: spec.num_directions(),
-            g: spec.mode.num_gates(),
+            sizes: desc.sizes(),
             mode: mode_id(spec.mode),
             padded: lengths.iter().any(|&len| len as usize != desc.seq_length),
             lengths,
         }
-    }
-
-    /// `T · B`, the rows of a sequence tensor (Note [Cube rows] in `super`).
-    pub(crate) fn rows(&self) -> usize {
-        self.t * self.b
-    }
-
-    /// `G · H`.
-    pub(crate) fn gh(&self) -> usize {
-        self.g * self.h
     }
 
     /// Width `W` of a reserve gate row (Note [Cube reserve] in `super`).

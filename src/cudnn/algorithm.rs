@@ -380,12 +380,13 @@ pub(crate) fn count_call(algo: Algo) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::FusedRnnConfig;
     use crate::descriptor::DropoutSpec;
 
-    const H100: DeviceInfo = DeviceInfo {
+    /// An H100's compute capability and SM count (also the cache's tests' device).
+    pub(crate) const H100: DeviceInfo = DeviceInfo {
         major: 9,
         minor: 0,
         sms: 132,

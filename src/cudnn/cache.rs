@@ -348,18 +348,13 @@ impl<D, N, C> Cache<D, N, C> {
 mod tests {
     use super::*;
     use crate::config::FusedRnnConfig;
-    use crate::cudnn::algorithm::{self, DeviceInfo, RnnAlgorithm};
+    use crate::cudnn::algorithm::tests::H100;
+    use crate::cudnn::algorithm::{self, RnnAlgorithm};
     use crate::cudnn::ffi::CudnnError;
     use crate::descriptor::DropoutSpec;
     use crate::spec::RnnMode;
     use cudarc::cudnn::sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED;
     use std::collections::HashSet;
-
-    const H100: DeviceInfo = DeviceInfo {
-        major: 9,
-        minor: 0,
-        sms: 132,
-    };
 
     /// Builds labelled stand-ins and records every build and probe.
     #[derive(Default)]
