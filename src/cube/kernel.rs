@@ -123,6 +123,17 @@ fn row_of(t: usize, b: usize, steps: usize, batch: usize, batch_first: u32) -> u
     row
 }
 
+/// The offset of direction `d`'s block in the flat weights: `first` for the forward
+/// direction, `second` for the reverse.
+#[cube]
+fn of_direction(d: usize, first: u32, second: u32) -> usize {
+    let mut offset = first as usize;
+    if d == 1 {
+        offset = second as usize;
+    }
+    offset
+}
+
 /// The step direction `d` processes at scan position `s` of the forward: `s` forward,
 /// `T - 1 - s` in reverse.
 #[cube]
@@ -321,12 +332,8 @@ pub(crate) fn forward_step<F: Float>(
         let j = tile_column(i / rows, units);
         let b = b0 + i % rows;
         if j < h && b < batch {
-            let mut b_ih = src.b_ih0 as usize + j;
-            let mut b_hh = src.b_hh0 as usize + j;
-            if d == 1 {
-                b_ih = src.b_ih1 as usize + j;
-                b_hh = src.b_hh1 as usize + j;
-            }
+            let b_ih = of_direction(d, src.b_ih0, src.b_ih1) + j;
+            let b_hh = of_direction(d, src.b_hh0, src.b_hh1) + j;
             let valid = t < lengths[b] as usize;
             let row = row_of(t, b, steps, batch, scan.batch_first);
             let res_row = (d * steps * batch + row) * width + j;
@@ -584,10 +591,7 @@ pub(crate) fn backward_step<F: Float>(
     if s > 0 {
         // dh += dG_prev W_hh at the sequences the previous step was valid for.
         let tp = backward_time(s - 1, d, steps);
-        let mut w_hh = rec.w_hh0 as usize;
-        if d == 1 {
-            w_hh = rec.w_hh1 as usize;
-        }
+        let w_hh = of_direction(d, rec.w_hh0, rec.w_hh1);
         let mut acc = zeros::<F>(comptime![units * rows]);
         let mut g_rows = Array::<usize>::new(rows);
         let mut n_rows = Array::<usize>::new(rows);
@@ -776,10 +780,7 @@ pub(crate) fn backward_cell<F: Float>(
     let d = CUBE_POS_Z as usize;
     let b0 = CUBE_POS_Y as usize * rows;
     let t = backward_time(scan.step as usize, d, steps);
-    let mut w_hr = rec.w_hr0 as usize;
-    if d == 1 {
-        w_hr = rec.w_hr1 as usize;
-    }
+    let w_hr = of_direction(d, rec.w_hr0, rec.w_hr1);
     let mut acc = zeros::<F>(comptime![units * rows]);
     let mut p_rows = Array::<usize>::new(rows);
     #[unroll]
@@ -846,10 +847,7 @@ pub(crate) fn gather_blocks<F: Float>(
     let block = rows as usize * cols as usize;
     let d = idx / block;
     let rem = idx % block;
-    let mut base = off0 as usize;
-    if d == 1 {
-        base = off1 as usize;
-    }
+    let base = of_direction(d, off0, off1);
     if transpose {
         let k = rem / rows as usize;
         let r = rem % rows as usize;
