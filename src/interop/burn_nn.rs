@@ -260,6 +260,19 @@ fn gate_array<B: Backend, const N: usize>(gates: Vec<GateController<B>>) -> [Gat
         .unwrap_or_else(|_| panic!("expected {N} gates"))
 }
 
+/// The canonical blocks of a layer's `gates`, in canonical order, each named by its field
+/// under `path` in errors.
+fn named_gates<B: Backend, const N: usize>(
+    path: &str,
+    d_hidden: usize,
+    gates: [(&str, &GateController<B>); N],
+) -> Result<Vec<GateParts<B>>, InteropError> {
+    gates
+        .into_iter()
+        .map(|(name, gate)| gate_parts(gate, &format!("{path}{name}."), d_hidden))
+        .collect()
+}
+
 /// The hidden size of a gate: the columns of its input transform (`[d_input, H]`).
 fn hidden_of<B: Backend>(gate: &GateController<B>) -> usize {
     gate.input_transform.weight.val().dims()[1]
@@ -297,13 +310,16 @@ impl<B: Backend> Direction<B> for Lstm<B> {
             "Tanh",
             "the cell state's output",
         )?;
-        let h = self.d_hidden;
-        let gates = vec![
-            gate_parts(&self.input_gate, &format!("{path}input_gate."), h)?,
-            gate_parts(&self.forget_gate, &format!("{path}forget_gate."), h)?,
-            gate_parts(&self.cell_gate, &format!("{path}cell_gate."), h)?,
-            gate_parts(&self.output_gate, &format!("{path}output_gate."), h)?,
-        ];
+        let gates = named_gates(
+            path,
+            self.d_hidden,
+            [
+                ("input_gate", &self.input_gate),
+                ("forget_gate", &self.forget_gate),
+                ("cell_gate", &self.cell_gate),
+                ("output_gate", &self.output_gate),
+            ],
+        )?;
         Ok((RnnMode::Lstm, gates))
     }
 
@@ -359,12 +375,15 @@ impl<B: Backend> Direction<B> for Gru<B> {
             "Tanh",
             "the new gate",
         )?;
-        let h = self.d_hidden;
-        let gates = vec![
-            gate_parts(&self.reset_gate, &format!("{path}reset_gate."), h)?,
-            gate_parts(&self.update_gate, &format!("{path}update_gate."), h)?,
-            gate_parts(&self.new_gate, &format!("{path}new_gate."), h)?,
-        ];
+        let gates = named_gates(
+            path,
+            self.d_hidden,
+            [
+                ("reset_gate", &self.reset_gate),
+                ("update_gate", &self.update_gate),
+                ("new_gate", &self.new_gate),
+            ],
+        )?;
         Ok((RnnMode::Gru, gates))
     }
 
@@ -402,8 +421,10 @@ impl<B: Backend> Direction<B> for Rnn<B> {
                 ))
             }
         };
-        let gate = gate_parts(&self.gate, &format!("{path}gate."), self.d_hidden)?;
-        Ok((mode, vec![gate]))
+        Ok((
+            mode,
+            named_gates(path, self.d_hidden, [("gate", &self.gate)])?,
+        ))
     }
 
     fn from_gates(
