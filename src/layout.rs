@@ -274,14 +274,21 @@ impl RnnLayout {
                     spec.num_layers
                 ))
             })?;
-        let mut entries = Vec::new();
-        entries.try_reserve_exact(count).map_err(|_| {
+        let refused = |reason: String| {
             format!(
                 "expected num_layers small enough to lay out every tensor, got num_layers = {} \
-                 (the allocator refused a table of {count} entries)",
+                 (a table of {count} entries, {reason})",
                 spec.num_layers
             )
-        })?;
+        };
+        let bytes = count.saturating_mul(std::mem::size_of::<ParamEntry>());
+        if let Some(reason) = crate::host::refusal(bytes) {
+            return Err(refused(reason));
+        }
+        let mut entries = Vec::new();
+        entries
+            .try_reserve_exact(count)
+            .map_err(|_| refused("which the allocator refused".into()))?;
         let mut offset: usize = 0;
         for layer in 0..spec.num_layers {
             for direction in 0..spec.num_directions() {

@@ -22,6 +22,7 @@ mod dropout;
 #[cfg(feature = "fusion")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fusion")))]
 pub mod fusion;
+mod host;
 pub mod interop;
 pub mod layout;
 mod module;

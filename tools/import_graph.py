@@ -99,7 +99,7 @@ comps = scc(rooms, re_)
 print('room-level circles:', len(comps))
 for c in comps: print('  ', sorted(name(x) for x in c))
 # layering (low -> high); an import from a lower layer to a higher one runs back up
-order = ['spec', 'random', 'layout', 'config', 'descriptor', 'op_types', 'dropout', 'reference', 'backend',
+order = ['spec', 'random', 'host', 'layout', 'config', 'descriptor', 'op_types', 'dropout', 'reference', 'backend',
          'cpu', 'cube', 'cudnn', 'fusion', 'autodiff', 'ops', 'module', 'interop', 'nn', 'testing']
 rank = {n: i for i, n in enumerate(order)}
 same = []

@@ -12,15 +12,14 @@
 //!   output and final states (at every `forward`).
 //! - **The host allocator, NdArray and Flex.** On these backends the parameters and every
 //!   per-call buffer live in host memory. Before `init` creates the parameters, and before
-//!   a call whose output, states and (in training) reserve exceed 1 GiB, the total is asked
-//!   of the allocator once with `try_reserve_exact` and given back at once (never
-//!   touched). A refusal panics, naming the fields. Below 1 GiB the probe is skipped: it
-//!   would cost a system call per step of a decoding loop. With Linux's default overcommit
-//!   heuristic, an allocation larger than RAM plus swap is refused; with overcommit always
-//!   on, nothing is refused, and the allocation itself decides.
+//!   a call whose output, states and (in training) reserve exceed 1 GiB, the total is
+//!   compared with the machine's memory and then asked of the allocator once with
+//!   `try_reserve_exact` and given back at once (never touched): Note [Host memory
+//!   ceiling] in `host.rs`, which is why both. A refusal panics, naming the fields. Below
+//!   1 GiB the probe is skipped: it would cost a system call per step of a decoding loop.
 //! - **Host-side bookkeeping, every backend.** The layout table and the list of cells grow
-//!   with `num_layers`; they are reserved with `try_reserve_exact`, so an absurd
-//!   `num_layers` panics naming it on GPU backends too.
+//!   with `num_layers`; their sizes go through the same probe before they are reserved,
+//!   so an absurd `num_layers` panics naming it on GPU backends too.
 //!
 //! On other backends (Wgpu, CUDA) the device's allocator, which this crate does not see,
 //! has the last word.
@@ -29,6 +28,7 @@ use core::any::TypeId;
 
 use burn::tensor::backend::Backend;
 
+use crate::host;
 use crate::spec::RnnSpec;
 
 /// Calls whose buffers total less than this are not probed (Note [Allocation checks]).
@@ -48,11 +48,6 @@ pub(crate) fn is_host_backend<B: Backend>() -> bool {
     }
     let _ = device;
     false
-}
-
-/// Whether the host allocator can give `bytes` bytes now (reserved and released at once).
-pub(crate) fn host_can_allocate(bytes: usize) -> bool {
-    Vec::<u8>::new().try_reserve_exact(bytes).is_ok()
 }
 
 /// `a * b`, or `None` on overflow.
@@ -89,10 +84,13 @@ pub(crate) fn check_params<B: Backend>(spec: &RnnSpec, params_size: usize, elem_
             fields(spec)
         );
     };
-    if is_host_backend::<B>() && !host_can_allocate(bytes) {
+    if !is_host_backend::<B>() {
+        return;
+    }
+    if let Some(reason) = host::refusal(bytes) {
         panic!(
             "invalid FusedRnnConfig: expected parameters that fit in memory, got params_size = \
-             {params_size} elements ({bytes} bytes) that the allocator refused ({})",
+             {params_size} elements ({bytes} bytes), {reason} ({})",
             fields(spec)
         );
     }
@@ -148,10 +146,10 @@ pub(crate) fn check_call<B: Backend>(
             what()
         );
     };
-    if !host_can_allocate(total) {
+    if let Some(reason) = host::refusal(total) {
         panic!(
             "expected a call whose output, final states and reserve fit in memory, got {total} \
-             bytes that the allocator refused for {}",
+             bytes, {reason}, for {}",
             what()
         );
     }

@@ -264,14 +264,22 @@ fn build_cells<B: Backend>(
 ) -> Vec<RnnCell<B>> {
     let spec = layout.spec();
     let nd = spec.num_directions();
-    let mut cells = Vec::new();
-    if cells.try_reserve_exact(spec.num_pseudo_layers()).is_err() {
+    let count = spec.num_pseudo_layers();
+    let refused = |reason: &str| {
         panic!(
             "invalid FusedRnnConfig: expected num_layers small enough to allocate one cell per \
-             layer and direction, got num_layers = {} (the allocator refused {} cells)",
+             layer and direction, got num_layers = {} ({count} cells, {reason})",
             spec.num_layers,
-            spec.num_pseudo_layers()
-        );
+        )
+    };
+    if let Some(reason) =
+        crate::host::refusal(count.saturating_mul(std::mem::size_of::<RnnCell<B>>()))
+    {
+        refused(&reason);
+    }
+    let mut cells = Vec::new();
+    if cells.try_reserve_exact(count).is_err() {
+        refused("which the allocator refused");
     }
     cells.extend((0..spec.num_pseudo_layers()).map(|idx| {
         let (layer, direction) = (idx / nd, idx % nd);
