@@ -17,19 +17,35 @@
 use std::sync::OnceLock;
 
 /// Why the host cannot give `bytes` bytes, or `None` when it can (Note [Host memory
-/// ceiling]). The reason completes a sentence such as "got 10 bytes, …".
+/// ceiling]): the ceiling, then the allocator (reserved and given back untouched). The
+/// reason completes a sentence such as "got 10 bytes, …".
 pub(crate) fn refusal(bytes: usize) -> Option<String> {
-    if let Some(ceiling) = ceiling() {
-        if bytes > ceiling {
-            return Some(format!(
-                "more than this machine's memory, {ceiling} bytes of RAM and swap"
-            ));
-        }
+    above_ceiling(bytes).or_else(|| {
+        Vec::<u8>::new()
+            .try_reserve_exact(bytes)
+            .err()
+            .map(|_| ALLOCATOR_REFUSED.into())
+    })
+}
+
+/// Reserves room for `count` more elements in `vec`, after the ceiling check (for host
+/// bookkeeping that grows with the configuration); the reason when refused, as
+/// [`refusal`] words it.
+pub(crate) fn try_reserve<T>(vec: &mut Vec<T>, count: usize) -> Result<(), String> {
+    if let Some(reason) = above_ceiling(count.saturating_mul(std::mem::size_of::<T>())) {
+        return Err(reason);
     }
-    if Vec::<u8>::new().try_reserve_exact(bytes).is_err() {
-        return Some("which the allocator refused".into());
-    }
-    None
+    vec.try_reserve_exact(count)
+        .map_err(|_| ALLOCATOR_REFUSED.into())
+}
+
+const ALLOCATOR_REFUSED: &str = "which the allocator refused";
+
+/// The reason `bytes` can never fit on this machine, or `None`.
+fn above_ceiling(bytes: usize) -> Option<String> {
+    let ceiling = ceiling()?;
+    (bytes > ceiling)
+        .then(|| format!("more than this machine's memory, {ceiling} bytes of RAM and swap"))
 }
 
 /// The most memory this process can ever hold, in bytes (Note [Host memory ceiling]).
@@ -61,7 +77,7 @@ fn memory_ceiling(meminfo: &str, cgroup_max: Option<&str>) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{memory_ceiling, refusal};
+    use super::{memory_ceiling, refusal, try_reserve};
 
     const MEMINFO: &str = "MemTotal:       24684084 kB\nMemFree:        22000000 kB\n\
                            SwapTotal:       1048576 kB\nSwapFree:        1048576 kB\n";
@@ -94,5 +110,9 @@ mod tests {
         // Past the address space: refused by the ceiling where there is one, by the
         // allocator everywhere.
         assert!(refusal(usize::MAX / 2).is_some());
+        let mut v: Vec<u64> = Vec::new();
+        assert_eq!(try_reserve(&mut v, 1000), Ok(()));
+        assert!(v.capacity() >= 1000);
+        assert!(try_reserve(&mut v, usize::MAX / 16).is_err());
     }
 }

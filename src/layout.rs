@@ -274,21 +274,14 @@ impl RnnLayout {
                     spec.num_layers
                 ))
             })?;
-        let refused = |reason: String| {
+        let mut entries = Vec::new();
+        crate::host::try_reserve(&mut entries, count).map_err(|reason| {
             format!(
                 "expected num_layers small enough to lay out every tensor, got num_layers = {} \
                  (a table of {count} entries, {reason})",
                 spec.num_layers
             )
-        };
-        let bytes = count.saturating_mul(std::mem::size_of::<ParamEntry>());
-        if let Some(reason) = crate::host::refusal(bytes) {
-            return Err(refused(reason));
-        }
-        let mut entries = Vec::new();
-        entries
-            .try_reserve_exact(count)
-            .map_err(|_| refused("which the allocator refused".into()))?;
+        })?;
         let mut offset: usize = 0;
         for layer in 0..spec.num_layers {
             for direction in 0..spec.num_directions() {

@@ -254,8 +254,9 @@ fn a_clone_of_a_fresh_module_saves_its_weights() {
         .init::<Flex>(&Default::default())
         .try_load_file(path, &CompactRecorder::new(), &Default::default())
         .unwrap(); // loaded on Flex
-                   // CompactRecorder stores half precision: the loaded weights are the module's, each
-                   // rounded to the nearest f16 (newly drawn weights would differ by far more).
+
+    // CompactRecorder stores half precision: the loaded weights are the module's, each
+    // rounded to the nearest f16 (newly drawn weights would differ by far more).
     let as_f16 = lstm
         .flat_weights()
         .into_data()

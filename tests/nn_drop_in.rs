@@ -4,8 +4,9 @@
 //! own checkpoints being the canonical record, burn-nn's initial distributions, stacks,
 //! and the refusals of what the fused cells cannot compute.
 //!
-//! Tolerances: NdArray f64 5e-7 absolute (burn's own `sigmoid` on NdArray f64 is accurate
-//! to about 1e-8 only, see tests/interop_burn_nn.rs), Flex f32 1e-5. A checkpoint is
+//! Tolerances (times the larger of 1 and the expected values' magnitude, `tensors::close`):
+//! NdArray f64 5e-7 (burn's own `sigmoid` on NdArray f64 is accurate to about 1e-8 only,
+//! see tests/interop_burn_nn.rs), Flex f32 1e-5. A checkpoint is
 //! compared with burn-nn's layer loaded from the same file, so a recorder that rounds the
 //! weights (f32, f16) rounds both sides alike.
 

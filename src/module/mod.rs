@@ -265,21 +265,13 @@ fn build_cells<B: Backend>(
     let spec = layout.spec();
     let nd = spec.num_directions();
     let count = spec.num_pseudo_layers();
-    let refused = |reason: &str| {
+    let mut cells = Vec::new();
+    if let Err(reason) = crate::host::try_reserve(&mut cells, count) {
         panic!(
             "invalid FusedRnnConfig: expected num_layers small enough to allocate one cell per \
              layer and direction, got num_layers = {} ({count} cells, {reason})",
             spec.num_layers,
-        )
-    };
-    if let Some(reason) =
-        crate::host::refusal(count.saturating_mul(std::mem::size_of::<RnnCell<B>>()))
-    {
-        refused(&reason);
-    }
-    let mut cells = Vec::new();
-    if cells.try_reserve_exact(count).is_err() {
-        refused("which the allocator refused");
+        );
     }
     cells.extend((0..spec.num_pseudo_layers()).map(|idx| {
         let (layer, direction) = (idx / nd, idx % nd);
