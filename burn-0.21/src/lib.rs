@@ -1,0 +1,77 @@
+// The README is the crate's front page, and every Rust snippet in it runs as a doctest.
+#![doc = include_str!("../../README.md")]
+#![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` (Cargo.toml): mark each feature-gated item with its feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "autodiff")]
+#[cfg_attr(docsrs, doc(cfg(feature = "autodiff")))]
+pub mod autodiff;
+pub mod backend;
+pub mod config;
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+mod cpu;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "wgpu", feature = "cuda"))))]
+pub mod cube;
+#[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+pub mod cudnn;
+mod dropout;
+#[cfg(feature = "fusion")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fusion")))]
+pub mod fusion;
+pub mod interop;
+mod module;
+pub mod nn;
+pub mod op_types;
+pub mod ops;
+pub mod reference;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
+
+// The Burn-free core (crate `burn-fused-rnn-core`): its modules keep the paths they had
+// in this crate.
+pub(crate) use burn_fused_rnn_core::host;
+pub use burn_fused_rnn_core::{descriptor, layout, random, spec};
+
+pub use backend::FusedRnnBackend;
+pub use config::FusedRnnConfig;
+pub use descriptor::{DropoutSpec, RnnDescriptor};
+pub use layout::{params_size, ParamKind, RnnLayout};
+pub use module::{
+    FileProblem, FusedRnn, FusedRnnLoadError, FusedRnnRecord, PreparedRnn, RnnCell, RnnCellRecord,
+    RnnState, WeightsDigest,
+};
+pub use op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
+pub use ops::{fused_rnn, reserve_bytes, FusedRnnOutput};
+pub use spec::{InputMode, RnnMode, RnnSpec};
+
+/// The SIMD level of the native CPU kernel (NdArray, Flex): detected, set for a process by
+/// `BURN_FUSED_RNN_SIMD`, or forced on a thread with [`with_simd_level`] (Note [SIMD
+/// levels] in the kernel's `simd` module).
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "ndarray", feature = "flex"))))]
+pub use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
+
+/// Burn's Wgpu backend without fusion: the CubeCL kernels of [`cube`], on the GPU (or on
+/// the CPU through a Vulkan driver such as lavapipe), or the reference where they do not
+/// run (Note [Cube fallback] in [`cube`]). `burn::backend::Wgpu` with Burn's default
+/// features is `Fusion<..>` of this, implemented in [`fusion`].
+#[cfg(feature = "wgpu")]
+#[cfg_attr(docsrs, doc(cfg(feature = "wgpu")))]
+impl<F, I, BT> crate::FusedRnnBackend
+    for burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, F, I, BT>
+where
+    F: burn::backend::wgpu::FloatElement,
+    I: burn::backend::wgpu::IntElement,
+    BT: burn::backend::wgpu::BoolElement,
+{
+    backend::implemented_by!(cube);
+}
+
+/// The Rust snippets of docs/GPU.md, compiled and run as doctests.
+#[cfg(all(doctest, feature = "cuda"))]
+#[doc = include_str!("../../docs/GPU.md")]
+pub struct GpuDocTests;

@@ -1,0 +1,585 @@
+//! The backward pass (BPTT) on host slices.
+//!
+//! Per layer, from the top, and per direction (the two directions concurrently): a scan
+//! against the forward's order that turns each step's output gradient into the gates'
+//! pre-activation gradients (ONE fused pass, `super::cell`) and carries `dh` through ONE
+//! recurrent GEMM (`dg · W_hh`); the gradients are written over the reserve's gate rows in
+//! place. Then the weight gradients as GEMMs over all steps at once (`dG^T · input`,
+//! `dG^T · h_prev`), and the layer input's gradient `dG · W_ih`, which, through the
+//! dropout mask, is the output gradient of the layer below.
+//!
+//! Padded rows (Note [Padding never leaks] in [`crate::op_types`]): their gradient rows
+//! are written as zeros, the carried `dh`/`dc` pass them unchanged, and the padded rows of
+//! the caller's `x` and `dy` are never read (x's are zeroed in a copy before `dG^T x`).
+
+use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
+
+use super::cell;
+use super::gemm::{gemm, Mat, MatMut};
+use super::packed::{Lane, Packed};
+use super::plan::{dropped, row_step, step_rows, Inputs};
+use super::plan::{state_of, CellWeights, Plan, ReserveLayout};
+use super::schedule::{
+    direction_threads, for_rows, gemm_threads, per_direction, step_threads, PARALLEL_WORK,
+};
+use super::simd::dispatch;
+use crate::layout::ParamKind;
+use crate::spec::RnnMode;
+
+/// Output gradients, on the host; `None` is zero.
+pub struct OutputGrads<'a, T> {
+    /// Of `y`: `[T·B, D·P]` rows.
+    pub dy: Option<&'a [T]>,
+    /// Of `h_n`: `[L·D, B, P]`.
+    pub dh_n: Option<&'a [T]>,
+    /// Of `c_n` (LSTM): `[L·D, B, H]`.
+    pub dc_n: Option<&'a [T]>,
+}
+
+/// Input gradients, on the host.
+pub struct Grads<T> {
+    /// Of `x`, in its layout.
+    pub dx: Vec<T>,
+    /// Of `h0`: `[L·D, B, P]`.
+    pub dh0: Vec<T>,
+    /// Of `c0` (LSTM): `[L·D, B, H]`.
+    pub dc0: Option<Vec<T>>,
+    /// Of the flat canonical weights: `[params_size]`.
+    pub dweights: Vec<T>,
+}
+
+/// One sequence at one step of the backward scan.
+struct StepRow<'a, T> {
+    valid: bool,
+    gate: &'a mut [T],
+    /// Gradient of the step's output (`P`), or for LSTM of `o ∘ tanh(c')` (`H`).
+    dh: &'a [T],
+    dc: Option<&'a mut [T]>,
+    m: Option<&'a mut [T]>,
+    h_prev: &'a [T],
+    direct: Option<&'a mut [T]>,
+}
+
+/// One sequence's part of the step product `dh_prev = dg W_hh`.
+struct BackRow<'a, T> {
+    valid: bool,
+    /// The gates' gradients `[G·H]`.
+    dg: &'a [T],
+    /// The carried `dh`, replaced by `dh_prev` on valid rows.
+    dh: &'a mut [T],
+    /// GRU: `dh ∘ z`, the part of `dh_prev` that bypasses `W_hh`.
+    direct: Option<&'a [T]>,
+}
+
+/// The backward's step product over some rows, at one SIMD level.
+struct BackStep<'r, 'a, T> {
+    rows: &'r mut [BackRow<'a, T>],
+    /// The rows laid out for the microkernel (reused from step to step).
+    lhs: &'r mut Vec<T>,
+    packed: &'r Packed<T>,
+}
+
+impl<T: Lane> WithSimd for BackStep<'_, '_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let Self { rows, lhs, packed } = self;
+        {
+            let rows: &[BackRow<'_, T>] = rows;
+            packed.lay_out_rows::<S>(rows.len(), |r| (&[], rows[r].dg), lhs);
+        }
+        let width = packed.per_panel();
+        let p = packed.n;
+        packed.tiles(
+            simd,
+            lhs,
+            rows.len(),
+            #[inline(always)]
+            |first, count, panel, values| {
+                let lo = panel * width;
+                let n = width.min(p - lo);
+                for (i, r) in rows[first..first + count].iter_mut().enumerate() {
+                    if !r.valid {
+                        continue;
+                    }
+                    let dst = &mut r.dh[lo..lo + n];
+                    dst.copy_from_slice(&values[i * width..i * width + n]);
+                    if let Some(direct) = r.direct {
+                        for (a, &v) in dst.iter_mut().zip(&direct[lo..lo + n]) {
+                            *a += v;
+                        }
+                    }
+                }
+            },
+        );
+    }
+}
+
+/// One layer in one direction.
+struct Direction<'a, T> {
+    plan: &'a Plan<'a>,
+    layer: usize,
+    d: usize,
+    w: CellWeights<'a, T>,
+    /// The layer's input rows `[T·B, in]`, padded rows zero.
+    input: &'a [T],
+    in_size: usize,
+    /// The layer's output rows `[T·B, D·P]` (this direction's part at `d·P`).
+    output: &'a [T],
+    /// Gradient of the layer's output, `[T·B, D·P]` rows; `None` is zero.
+    d_out: Option<&'a [T]>,
+    h0: Option<&'a [T]>,
+    dh_n: Option<&'a [T]>,
+    dc_n: Option<&'a [T]>,
+    threads: usize,
+}
+
+impl<T: Lane> Direction<'_, T> {
+    /// The state entering step `t` of sequence `b` (Note [Variable lengths]): the previous
+    /// step's output, or `h0` at the first step of the scan.
+    fn h_prev(&self, t: usize, b: usize) -> &[T] {
+        let plan = self.plan;
+        let (p, f) = (plan.p, plan.nd * plan.p);
+        match plan.previous(self.d, t, b) {
+            Some(prev) => &self.output[plan.row(prev, b) * f + self.d * p..][..p],
+            None => self.h0.map_or(&[][..], |h0| &h0[b * p..(b + 1) * p]),
+        }
+    }
+
+    /// The scan, then the weight gradients into `dw` (this pseudo-layer's part of the flat
+    /// gradient). Returns `dh0` and `dc0`.
+    fn run(&self, gates: &mut [T], dw: &mut [T]) -> (Vec<T>, Option<Vec<T>>) {
+        let plan = self.plan;
+        let (batch, h, p, nd) = (plan.b, plan.h, plan.p, plan.nd);
+        let mode = plan.spec.mode;
+        let width = plan.gate_width();
+        // Width of the recurrent GEMM's operand: GRU's hn block enters through r ∘ (·).
+        let rec = plan.gh();
+        let lstm = mode == RnnMode::Lstm;
+        let proj = self.w.w_hr;
+        let zeros_p = vec![T::ZERO; p];
+
+        let mut dh = self
+            .dh_n
+            .map_or_else(|| vec![T::ZERO; batch * p], <[T]>::to_vec);
+        let mut dc = lstm.then(|| {
+            self.dc_n
+                .map_or_else(|| vec![T::ZERO; batch * h], <[T]>::to_vec)
+        });
+        let mut dht = vec![T::ZERO; batch * p];
+        let mut dm = vec![T::ZERO; if proj.is_some() { batch * h } else { 0 }];
+        let mut m = vec![T::ZERO; dm.len()];
+        let mut direct = vec![T::ZERO; if mode == RnnMode::Gru { batch * p } else { 0 }];
+        let mut dw_hr = vec![T::ZERO; if proj.is_some() { p * h } else { 0 }];
+        let step_threads = step_threads(self.threads, batch, p, rec);
+        // dg W_hh with W_hh packed once (Note [Packed weights] in `super::packed`).
+        let packed = Packed::columns(plan.level, self.w.w_hh, rec, p);
+        // Per thread of a step: its rows laid out for the microkernel.
+        let mut lhs: Vec<Vec<T>> = (0..step_threads.max(1)).map(|_| Vec::new()).collect();
+        // Columns of a gate row that hold gradients after the pass (GRU: 4H, Note [Native
+        // reserve]); padded rows get zeros there.
+        let grad_cols = if mode == RnnMode::Gru { 4 * h } else { rec };
+        let parallel_rows = self.threads > 1 && batch > 1 && batch * rec * 8 >= PARALLEL_WORK;
+        let f = nd * p;
+
+        {
+            let mut gate_rows: Vec<&mut [T]> = gates.chunks_mut(width).collect();
+            for t in plan.backward_scan(self.d) {
+                // The step's output gradient: dy (valid rows only) plus the carried dh.
+                for b in 0..batch {
+                    let dst = &mut dht[b * p..(b + 1) * p];
+                    if !plan.valid(t, b) {
+                        dst.fill(T::ZERO);
+                        continue;
+                    }
+                    dst.copy_from_slice(&dh[b * p..(b + 1) * p]);
+                    if let Some(dy) = self.d_out {
+                        let row = &dy[plan.row(t, b) * f + self.d * p..][..p];
+                        for (a, &v) in dst.iter_mut().zip(row) {
+                            *a += v;
+                        }
+                    }
+                }
+                let dh_cell: &[T] = match proj {
+                    Some(w_hr) => {
+                        // h' = m W_hr^T: dm = dh' W_hr.
+                        gemm(
+                            MatMut::rows(&mut dm, batch, h, h),
+                            false,
+                            Mat::rows(&dht, batch, p, p),
+                            Mat::rows(w_hr, p, h, h),
+                            gemm_threads(self.threads, batch, h, p),
+                        );
+                        &dm
+                    }
+                    None => &dht,
+                };
+                {
+                    let cell_w = if lstm { h } else { p };
+                    let mut dc_rows = dc.as_deref_mut().map(|c| c.chunks_mut(h));
+                    let mut m_rows = m.chunks_mut(h);
+                    let mut direct_rows = direct.chunks_mut(p);
+                    let mut items: Vec<StepRow<'_, T>> = step_rows(plan, &mut gate_rows, t)
+                        .into_iter()
+                        .enumerate()
+                        .map(|(b, gate)| {
+                            let valid = plan.valid(t, b);
+                            StepRow {
+                                valid,
+                                gate,
+                                dh: &dh_cell[b * cell_w..(b + 1) * cell_w],
+                                dc: dc_rows.as_mut().and_then(Iterator::next),
+                                m: proj.and_then(|_| m_rows.next()),
+                                h_prev: if mode == RnnMode::Gru && valid {
+                                    let prev = self.h_prev(t, b);
+                                    if prev.is_empty() {
+                                        &zeros_p
+                                    } else {
+                                        prev
+                                    }
+                                } else {
+                                    &[]
+                                },
+                                direct: direct_rows.next(),
+                            }
+                        })
+                        .collect();
+                    for_rows(
+                        plan.level,
+                        &mut items,
+                        parallel_rows,
+                        #[inline(always)]
+                        |r| {
+                            if !r.valid {
+                                // No gradient from padding: zero rows; dh and dc pass unchanged.
+                                r.gate[..grad_cols].fill(T::ZERO);
+                                if let Some(m) = r.m.as_deref_mut() {
+                                    m.fill(T::ZERO);
+                                }
+                                return;
+                            }
+                            match mode {
+                                RnnMode::Lstm => {
+                                    let dc = r.dc.as_deref_mut().expect("LSTM carries dc");
+                                    match r.m.as_deref_mut() {
+                                        Some(m) => {
+                                            cell::lstm_backward::<T, true>(h, r.gate, r.dh, dc, m)
+                                        }
+                                        None => cell::lstm_backward::<T, false>(
+                                            h,
+                                            r.gate,
+                                            r.dh,
+                                            dc,
+                                            &mut [],
+                                        ),
+                                    }
+                                }
+                                RnnMode::Gru => {
+                                    let direct = r.direct.as_deref_mut().expect("GRU direct term");
+                                    cell::gru_backward(h, r.gate, r.dh, r.h_prev, direct)
+                                }
+                                RnnMode::RnnTanh => cell::rnn_backward::<T, false>(h, r.gate, r.dh),
+                                RnnMode::RnnRelu => cell::rnn_backward::<T, true>(h, r.gate, r.dh),
+                            }
+                        },
+                    );
+                }
+                if proj.is_some() {
+                    // dW_hr += dh'^T m (padded rows of both are zero).
+                    gemm(
+                        MatMut::rows(&mut dw_hr, p, h, h),
+                        true,
+                        Mat::rows(&dht, batch, p, p).t(),
+                        Mat::rows(&m, batch, h, h),
+                        gemm_threads(self.threads, p, h, batch),
+                    );
+                }
+                // dh_prev = dg W_hh (+ GRU's direct term), `dg` the first `G·H` gradients of
+                // each gate row; padded rows keep the carried dh.
+                let mut rows: Vec<BackRow<'_, T>> = dh
+                    .chunks_mut(p)
+                    .zip(step_rows(plan, &mut gate_rows, t))
+                    .enumerate()
+                    .map(|(b, (dh, gate))| BackRow {
+                        valid: plan.valid(t, b),
+                        dg: &gate[..rec],
+                        dh,
+                        direct: (mode == RnnMode::Gru).then(|| &direct[b * p..(b + 1) * p]),
+                    })
+                    .collect();
+                let chunk = batch.div_ceil(step_threads).max(1);
+                let run = |(rows, lhs): (&mut [BackRow<'_, T>], &mut Vec<T>)| {
+                    dispatch(
+                        plan.level,
+                        BackStep {
+                            rows,
+                            lhs,
+                            packed: &packed,
+                        },
+                    )
+                };
+                if step_threads > 1 {
+                    rows.par_chunks_mut(chunk)
+                        .zip(lhs.par_iter_mut())
+                        .for_each(run);
+                } else {
+                    run((&mut rows, &mut lhs[0]));
+                }
+            }
+        }
+        self.weight_grads(gates, dw, &dw_hr);
+        (dh, dc)
+    }
+
+    /// Weight and bias gradients of this pseudo-layer from the gate gradients `gates`.
+    fn weight_grads(&self, gates: &[T], dw: &mut [T], dw_hr: &[T]) {
+        let plan = self.plan;
+        let (h, p, gh, rows) = (plan.h, plan.p, plan.gh(), plan.rows());
+        let width = plan.gate_width();
+        let gru = plan.spec.mode == RnnMode::Gru;
+        let base = plan.params_range(self.layer, self.d).start;
+        let entry = |kind| {
+            plan.layout
+                .entry(self.layer, self.d, kind)
+                .map(|e| e.offset - base..e.offset - base + e.len())
+        };
+        // The gradient blocks of the input projection: GRU's n block sits at 3H (Note
+        // [Native reserve] and `cell::gru_backward`), every other block in place.
+        let in_blocks: Vec<(usize, usize, usize)> = if gru {
+            vec![(0, 0, 2 * h), (3 * h, 2 * h, h)]
+        } else {
+            vec![(0, 0, gh)]
+        };
+        if let Some(range) = entry(ParamKind::WeightIh) {
+            // dW_ih[rows of a block] = dG_block^T · input.
+            let dw_ih = &mut dw[range];
+            for &(col, row, len) in &in_blocks {
+                gemm(
+                    MatMut::rows(
+                        &mut dw_ih[row * self.in_size..],
+                        len,
+                        self.in_size,
+                        self.in_size,
+                    ),
+                    false,
+                    Mat::rows(&gates[col..], rows, len, width).t(),
+                    Mat::rows(self.input, rows, self.in_size, self.in_size),
+                    gemm_threads(self.threads, len, self.in_size, rows),
+                );
+            }
+        }
+        {
+            // dW_hh = dG_rec^T · h_prev, h_prev gathered per row (zeros at padded rows).
+            let mut h_prev = vec![T::ZERO; rows * p];
+            for t in 0..plan.t {
+                for b in 0..plan.b {
+                    if plan.valid(t, b) {
+                        let src = self.h_prev(t, b);
+                        if !src.is_empty() {
+                            let row = plan.row(t, b);
+                            h_prev[row * p..(row + 1) * p].copy_from_slice(src);
+                        }
+                    }
+                }
+            }
+            let range = entry(ParamKind::WeightHh).expect("W_hh");
+            gemm(
+                MatMut::rows(&mut dw[range], gh, p, p),
+                false,
+                Mat::rows(gates, rows, gh, width).t(),
+                Mat::rows(&h_prev, rows, p, p),
+                gemm_threads(self.threads, gh, p, rows),
+            );
+        }
+        let column_sums = |dst: &mut [T], col: usize, len: usize| {
+            for row in gates.chunks(width) {
+                for (a, &v) in dst.iter_mut().zip(&row[col..col + len]) {
+                    *a += v;
+                }
+            }
+        };
+        if let Some(range) = entry(ParamKind::BiasIh) {
+            let db = &mut dw[range];
+            for &(col, row, len) in &in_blocks {
+                column_sums(&mut db[row..row + len], col, len);
+            }
+        }
+        if let Some(range) = entry(ParamKind::BiasHh) {
+            column_sums(&mut dw[range], 0, gh);
+        }
+        if let Some(range) = entry(ParamKind::WeightHr) {
+            dw[range].copy_from_slice(dw_hr);
+        }
+    }
+}
+
+/// `dX += dG · W_ih` for one direction (or, with skip input, the sum of its gate blocks).
+fn input_grad<T: Lane>(
+    plan: &Plan<'_>,
+    gates: &[T],
+    w: &CellWeights<'_, T>,
+    dx: &mut [T],
+    in_size: usize,
+) {
+    let (h, gh, rows) = (plan.h, plan.gh(), plan.rows());
+    let width = plan.gate_width();
+    let gru = plan.spec.mode == RnnMode::Gru;
+    let blocks: Vec<(usize, usize, usize)> = if gru {
+        vec![(0, 0, 2 * h), (3 * h, 2 * h, h)]
+    } else {
+        vec![(0, 0, gh)]
+    };
+    match w.w_ih {
+        Some(w_ih) => {
+            for &(col, row, len) in &blocks {
+                gemm(
+                    MatMut::rows(dx, rows, in_size, in_size),
+                    true,
+                    Mat::rows(&gates[col..], rows, len, width),
+                    Mat::rows(&w_ih[row * in_size..], len, in_size, in_size),
+                    gemm_threads(plan.threads, rows, in_size, len),
+                );
+            }
+        }
+        None => {
+            // Skip input: x entered every gate block.
+            for (dst, row) in dx.chunks_mut(in_size).zip(gates.chunks(width)) {
+                for &(col, _, len) in &blocks {
+                    for block in row[col..col + len].chunks(h) {
+                        for (a, &v) in dst.iter_mut().zip(block) {
+                            *a += v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The backward pass. `reserve` is the training forward's (Note [Native reserve] in
+/// `super::plan`), overwritten with gradients; `y` is the op's output (read only when the
+/// reserve does not keep the last layer's output).
+pub(crate) fn backward<T: Lane>(
+    plan: &Plan<'_>,
+    inputs: &Inputs<'_, T>,
+    y: &[T],
+    reserve: &mut [T],
+    keep_last: bool,
+    grads: &OutputGrads<'_, T>,
+) -> Grads<T> {
+    let spec = &plan.spec;
+    let (batch, h, p, nd, rows) = (plan.b, plan.h, plan.p, plan.nd, plan.rows());
+    let layers = spec.num_layers;
+    let layout = ReserveLayout::new(plan.desc, keep_last);
+    let (gate_blocks, out_blocks) = layout.split(reserve);
+    let mut gate_blocks: Vec<Option<&mut [T]>> = gate_blocks.into_iter().map(Some).collect();
+    let outputs: Vec<&[T]> = out_blocks
+        .into_iter()
+        .map(|o| match o {
+            Some(block) => &*block,
+            None => y,
+        })
+        .collect();
+    let mut dweights = vec![T::ZERO; plan.layout.params_size()];
+    let mut dw_parts: Vec<Option<&mut [T]>> = {
+        let mut parts = Vec::new();
+        let mut rest = &mut dweights[..];
+        let mut start = 0;
+        for idx in 0..spec.num_pseudo_layers() {
+            let range = plan.params_range(idx / nd, idx % nd);
+            let (head, tail) = core::mem::take(&mut rest).split_at_mut(range.end - start);
+            parts.push(Some(&mut head[range.start - start..]));
+            rest = tail;
+            start = range.end;
+        }
+        parts
+    };
+    let mut dh0 = vec![T::ZERO; layers * nd * batch * p];
+    let mut dc0 = (spec.mode == RnnMode::Lstm).then(|| vec![T::ZERO; layers * nd * batch * h]);
+    let dropout = plan.desc.dropout.probability > 0.0;
+    // Layer 0's input: the caller's x with padded rows zeroed, so that NaN there cannot
+    // reach dW_ih through 0 · NaN.
+    let clean_x;
+    let x: &[T] = if plan.padded {
+        let mut copy = inputs.x.to_vec();
+        for (row, dst) in copy.chunks_mut(spec.d_input).enumerate() {
+            let (t, b) = row_step(plan, row);
+            if !plan.valid(t, b) {
+                dst.fill(T::ZERO);
+            }
+        }
+        clean_x = copy;
+        &clean_x
+    } else {
+        inputs.x
+    };
+    let mut d_out: Option<Vec<T>> = None;
+    let mut dx = Vec::new();
+    for layer in (0..layers).rev() {
+        let in_size = spec.layer_input_size(layer);
+        let masked;
+        let input: &[T] = match layer {
+            0 => x,
+            _ if dropout => {
+                masked = dropped(plan, layer, outputs[layer - 1]);
+                &masked
+            }
+            _ => outputs[layer - 1],
+        };
+        let upstream: Option<&[T]> = match (&d_out, layer + 1 == layers) {
+            (_, true) => grads.dy,
+            (Some(d), false) => Some(d),
+            (None, false) => None,
+        };
+        let jobs: Vec<_> = (0..nd)
+            .map(|d| {
+                let dir = Direction {
+                    plan,
+                    layer,
+                    d,
+                    w: plan.weights(inputs.w, layer, d),
+                    input,
+                    in_size,
+                    output: outputs[layer],
+                    d_out: upstream,
+                    h0: state_of(inputs.h0, layer * nd + d, batch * p),
+                    dh_n: state_of(grads.dh_n, layer * nd + d, batch * p),
+                    dc_n: state_of(grads.dc_n, layer * nd + d, batch * h),
+                    threads: direction_threads(plan),
+                };
+                let gates = gate_blocks[layer * nd + d].take().expect("one block each");
+                let dw = dw_parts[layer * nd + d].take().expect("one part each");
+                (dir, gates, dw)
+            })
+            .collect();
+        let results = per_direction(plan, jobs, |(dir, gates, dw)| {
+            let (dh, dc) = dir.run(gates, dw);
+            (dir, gates, dh, dc)
+        });
+        let mut d_in = vec![T::ZERO; rows * in_size];
+        for (d, (dir, gates, dh, dc)) in results.into_iter().enumerate() {
+            let idx = layer * nd + d;
+            dh0[idx * batch * p..(idx + 1) * batch * p].copy_from_slice(&dh);
+            if let (Some(dc0), Some(dc)) = (dc0.as_mut(), dc) {
+                dc0[idx * batch * h..(idx + 1) * batch * h].copy_from_slice(&dc);
+            }
+            input_grad(plan, gates, &dir.w, &mut d_in, in_size);
+        }
+        if layer == 0 {
+            dx = d_in;
+        } else {
+            if dropout {
+                d_in = dropped(plan, layer, &d_in);
+            }
+            d_out = Some(d_in);
+        }
+    }
+    Grads {
+        dx,
+        dh0,
+        dc0,
+        dweights,
+    }
+}

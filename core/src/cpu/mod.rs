@@ -1,0 +1,241 @@
+//! The native CPU kernel: the fused op on host slices, for any front-end whose backend
+//! keeps its tensors in host memory (Burn's NdArray and Flex).
+//!
+//! The reference (each front-end's `reference` module) composes Burn tensor ops, one small op after
+//! another per step. This kernel runs the same math directly on host slices:
+//!
+//! - **One fused pass per step** (Note [Fused step] in `forward`): per layer and
+//!   direction, `[W_ih | W_hh]` is packed once per call (Note [Packed weights] in
+//!   `packed`), and each step is one pass of a register-blocked kernel over `[x_t |
+//!   h_{t-1}]` whose tiles go straight into the cell update (`cell`): activations, cell
+//!   state, output write and the variable-length select. One-step calls (decoding) keep
+//!   their packed weights (Note [Packed weights across calls] in `prepared`).
+//! - **The backward** mirrors it: per step one fused element-wise pass and one product
+//!   `dg · W_hh` through the same kernel (`W_hh` packed once); the weight and input
+//!   gradients are GEMMs over all steps from the `gemm` crate (Note [GEMM crate] in
+//!   `gemm`).
+//! - **Threads from rayon's pool** (sized by `RAYON_NUM_THREADS`, else the cores): the
+//!   two directions of a layer run concurrently; a step's rows split over the threads when
+//!   the step is big enough, and the large GEMMs split too. Nothing is spawned per call or
+//!   per step.
+//! - **SIMD** (Note [SIMD levels] in `simd`): every loop is written once over pulp's
+//!   vector types or as plain slices, and runs at AVX-512, AVX2 or a portable level, picked
+//!   once per call (forced in the tests, so that every level runs on every machine), with
+//!   branch-free activations (Note \[Activations\] in `float`).
+//! - **A compact reserve** (Note [Native reserve] in `plan`): the activated gates (and the
+//!   LSTM cell state) of every step, about what cuDNN keeps; the backward writes the
+//!   gradients over it in place.
+//! - **No copies of the inputs**: `x`, the states, the weights and the output gradients
+//!   are read in place when the backend's tensor is contiguous (NdArray's and Flex's
+//!   usually are); inputs and outputs stay in the caller's layout, batch-first or not
+//!   (Note \[Rows\] in `plan`). Outputs are built from `Vec`s that the backends adopt without
+//!   copying.
+//! - **Padding never leaks**: select semantics at every padded step (Note [Padding never
+//!   leaks] in [`crate::semantics`]).
+//!
+//! F64 runs in `f64`, F32 in `f32`; F16 and BF16 (Flex) are converted to `f32` on entry and
+//! back on exit, like the reference (Note [Half precision] in [`crate::semantics`]).
+//! Dropout masks are those of the reference, bit for bit (Note [Dropout masks] in
+//! [`crate::dropout`]).
+//!
+//! The oracles: this crate's tests compare the kernel, at every SIMD level, in `f32` and
+//! `f64`, with a plain scalar implementation on slices (`tests/kernel.rs`) and its
+//! backward with finite differences; the front-ends' backend-parity suites compare it,
+//! through their host backends, with their reference in Burn tensor ops.
+//!
+//! The entry points are [`forward`], [`backward`] and [`reserve_len`]; a front-end borrows
+//! its tensors' elements (or converts them), calls them, and adopts the returned `Vec`s as
+//! tensors.
+
+mod backward;
+mod cell;
+mod float;
+mod forward;
+mod gemm;
+mod packed;
+mod plan;
+mod prepared;
+mod schedule;
+pub mod simd;
+
+pub use backward::{Grads, OutputGrads};
+pub use forward::Outputs;
+pub use plan::reserve_len;
+
+use crate::descriptor::RnnDescriptor;
+use plan::Plan;
+use schedule::in_pool;
+
+/// An element type the kernel computes in: `f32` or `f64` (sealed).
+pub trait Element: packed::Lane + sealed::Sealed {}
+
+impl Element for f32 {}
+impl Element for f64 {}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+/// What one call reads, as host slices in the call's layout (Note \[Rows\] in `plan`):
+/// `x` in the descriptor's input layout, `h0` `[L*D, B, P]`, `c0` `[L*D, B, H]` (LSTM;
+/// `None`: zeros), `w` the flat canonical weights (Note [RNN weight layout] in
+/// [`crate::layout`]).
+#[derive(Clone, Copy, Debug)]
+pub struct HostInputs<'a, T> {
+    /// The input sequence.
+    pub x: &'a [T],
+    /// The initial hidden state; zeros when `None`.
+    pub h0: Option<&'a [T]>,
+    /// The initial cell state (LSTM); zeros when `None`. The backward does not read it.
+    pub c0: Option<&'a [T]>,
+    /// The flat canonical weights.
+    pub w: &'a [T],
+}
+
+impl<'a, T> HostInputs<'a, T> {
+    fn plan_inputs(&self, packed: Option<&'a [packed::Packed<T>]>) -> plan::Inputs<'a, T> {
+        plan::Inputs {
+            x: self.x,
+            h0: self.h0,
+            c0: self.c0,
+            w: self.w,
+            packed,
+        }
+    }
+}
+
+/// The forward pass of the call `desc`, in rayon's pool.
+///
+/// - `training` keeps the reserve (Note [Native reserve] in `plan`, tagged: Note [Reserve
+///   tag] on [`crate::reserve::ReserveTag`]) and applies dropout; `half` (inputs that were
+///   F16 or BF16) keeps the last layer's output in the reserve too.
+/// - `weights_owner`: for a one-step call (`seq_length = 1`) whose `inputs.w` borrows the
+///   memory of `weights_owner` (a reference-counted tensor that shares its buffer between
+///   clones and never writes a shared buffer in place), the packed weights come from a
+///   small process-wide cache keyed by `w`'s address, and the cache keeps a clone of the
+///   owner alive (Note [Packed weights across calls] in `prepared`). `None` packs them
+///   for this call alone.
+///
+/// Returns `y` (`[T·B, D·P]` rows in the call's layout), `h_n`, `c_n` and the reserve.
+pub fn forward<T: Element, W: Clone + Send + Sync + 'static>(
+    desc: &RnnDescriptor,
+    inputs: &HostInputs<'_, T>,
+    weights_owner: Option<&W>,
+    training: bool,
+    half: bool,
+) -> (Outputs<T>, Option<Vec<T>>) {
+    let plan = Plan::new(desc);
+    let packed = match weights_owner {
+        Some(owner) if desc.seq_length == 1 => {
+            Some(prepared::packed_for_step(&plan, inputs.w, owner))
+        }
+        _ => None,
+    };
+    let host = inputs.plan_inputs(packed.as_deref().map(Vec::as_slice));
+    in_pool(|| forward::forward(&plan, &host, training, half))
+}
+
+/// The backward pass of the call `desc`, in rayon's pool, from `reserve`: the first
+/// [`reserve_len`]`(desc, half)` elements of what [`forward`] kept (with the same `half`),
+/// overwritten with gradients. `y` is the forward's output (not read when `half`).
+pub fn backward<T: Element>(
+    desc: &RnnDescriptor,
+    inputs: &HostInputs<'_, T>,
+    y: &[T],
+    reserve: &mut [T],
+    half: bool,
+    grads: &OutputGrads<'_, T>,
+) -> Grads<T> {
+    let plan = Plan::new(desc);
+    let host = inputs.plan_inputs(None);
+    in_pool(|| backward::backward(&plan, &host, y, reserve, half, grads))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::forward::forward;
+    use super::plan::Inputs;
+    use super::plan::Plan;
+    use crate::descriptor::{DropoutSpec, RnnDescriptor};
+    use crate::spec::{RnnMode, RnnSpec};
+
+    fn values(n: usize, seed: u64) -> Vec<f64> {
+        (0..n)
+            .map(|i| ((i as f64 + seed as f64 * 7.3) * 0.61).sin() * 0.8)
+            .collect()
+    }
+
+    /// The inference forward (no reserve) and the training forward (into the reserve)
+    /// compute the same outputs, in every mode, both directions and layouts, with padding
+    /// and a projection, at every SIMD level the CPU has; and every level agrees with the
+    /// portable one to rounding.
+    #[test]
+    fn inference_and_training_forwards_agree_at_every_simd_level() {
+        use super::simd::{with_simd_level, SimdLevel};
+        for mode in [
+            RnnMode::Lstm,
+            RnnMode::Gru,
+            RnnMode::RnnTanh,
+            RnnMode::RnnRelu,
+        ] {
+            for batch_first in [false, true] {
+                let spec = RnnSpec {
+                    num_layers: 2,
+                    bidirectional: true,
+                    proj_size: (mode == RnnMode::Lstm).then_some(7),
+                    ..RnnSpec::new(mode, 3, 20)
+                };
+                let desc = RnnDescriptor::new(
+                    spec,
+                    7,
+                    9,
+                    batch_first,
+                    Some(vec![7, 3, 5, 0, 7, 1, 6, 7, 2]),
+                    DropoutSpec::NONE,
+                );
+                let x = values(desc.input_shape().iter().product(), 1);
+                let h0 = values(desc.hidden_shape().iter().product(), 2);
+                let c0 = values(desc.cell_shape().iter().product(), 3);
+                // Small weights keep the ReLU RNN from growing (and rounding with it).
+                let w: Vec<f64> = values(desc.params_size(), 4)
+                    .iter()
+                    .map(|v| v * 0.3)
+                    .collect();
+                let inputs = Inputs {
+                    x: &x,
+                    h0: Some(&h0),
+                    c0: spec.mode.has_cell_state().then_some(&c0[..]),
+                    w: &w,
+                    packed: None,
+                };
+                let run = |level: SimdLevel, training: bool| {
+                    with_simd_level(level, || {
+                        let plan = Plan::new(&desc);
+                        assert_eq!(plan.level, level);
+                        let (out, _) = forward::<f64>(&plan, &inputs, training, false);
+                        [out.y, out.h_n, out.c_n.unwrap_or_default()]
+                    })
+                };
+                let portable = run(SimdLevel::Portable, false);
+                for level in SimdLevel::available() {
+                    for training in [false, true] {
+                        let got = run(level, training);
+                        for (name, (a, b)) in
+                            ["y", "h_n", "c_n"].iter().zip(got.iter().zip(&portable))
+                        {
+                            assert_eq!(a.len(), b.len());
+                            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                                assert!(
+                                    (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+                                    "{mode:?}, batch_first {batch_first}, {level:?}, training {training}: {name}[{i}] {x} vs {y}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

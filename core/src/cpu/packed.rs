@@ -1,0 +1,672 @@
+//! The recurrent weights packed once per call, and the register-blocked kernel that
+//! multiplies a step's states by them.
+//!
+//! # Note [Packed weights]
+//!
+//! A step's recurrent product is `acc = h · W_hh^T`: `[B, P] · [P, G·H]`, the same `W_hh`
+//! at every step of a call. A general GEMM re-lays out (packs) its operands on every call,
+//! so a step would pay for reading and rewriting all of `W_hh` before its multiply-adds; on
+//! AVX-512, where the multiply-adds are fast, that packing took as long as the product.
+//! Here `W_hh` is packed once per call (per layer and direction), in the order the kernel
+//! streams it:
+//!
+//! - a *panel* holds `U` consecutive hidden units of every gate: `U = L` (the SIMD level's
+//!   lanes) for LSTM and GRU, `4L` for the one-gate RNNs, so that a panel is `V = 4` (LSTM,
+//!   RNN) or `3` (GRU) vectors wide;
+//! - inside a panel, for each `k < P`, the `V` vectors of `W_hh[g·H + u, k]` (gate `g`, unit
+//!   `u` of the panel), one after the other: the kernel reads a panel front to back;
+//! - units past `H` in the last panel are zero.
+//!
+//! So one tile of the product, `MR` rows of `h` times one panel, holds every gate of `U`
+//! units: the cell update of those units needs nothing else, and runs right after the tile
+//! while its results are in registers and L1 (Note [Fused step] in `super::forward`).
+//!
+//! The backward's product `dg · W_hh` (`[B, G·H] · [G·H, P]`) reads `W_hh` row by row, which
+//! is its natural order; it is packed the same way with the roles of rows and columns
+//! swapped (panels of `V·L` columns of `W_hh`, `V = 4`), which also pads `P` to whole vectors.
+//!
+//! The tile is `MR × V` vectors of accumulators, `MR` as large as the level's registers
+//! allow (AVX-512, 32 registers: `MR = 6` for `V = 4`, `8` for `V = 3`; AVX2, 16 registers:
+//! `3` and `4`), and each `k` loads `V` vectors of the panel and broadcasts `MR` values of
+//! `h`. The kernel is safe Rust over pulp's vector types: slices of them are plain memory
+//! (`pulp`'s vectors have the alignment of their lanes), and every index is checked or
+//! proven in bounds by the slicing before the loop.
+
+use pulp::Simd;
+
+use super::float::Float;
+use super::simd::{dispatch, SimdLevel};
+
+/// An element type with SIMD vectors at every level: `f32` or `f64`.
+pub trait Lane: Float {
+    /// The vector of `S`.
+    type V<S: Simd>: Copy;
+
+    /// Lanes of `S`'s vector.
+    fn lanes<S: Simd>() -> usize;
+
+    /// `x` in every lane.
+    fn splat<S: Simd>(simd: S, x: Self) -> Self::V<S>;
+
+    /// `a · b + c`, fused where the level has FMA.
+    fn fma<S: Simd>(simd: S, a: Self::V<S>, b: Self::V<S>, c: Self::V<S>) -> Self::V<S>;
+
+    /// `a + b`.
+    fn add_v<S: Simd>(simd: S, a: Self::V<S>, b: Self::V<S>) -> Self::V<S>;
+
+    /// `values` as vectors (the trailing elements that do not fill one are left out).
+    fn vectors<S: Simd>(values: &[Self]) -> &[Self::V<S>];
+
+    /// `values` as vectors (the trailing elements that do not fill one are left out).
+    fn vectors_mut<S: Simd>(values: &mut [Self]) -> &mut [Self::V<S>];
+}
+
+impl Lane for f32 {
+    type V<S: Simd> = S::f32s;
+
+    #[inline(always)]
+    fn lanes<S: Simd>() -> usize {
+        S::F32_LANES
+    }
+
+    #[inline(always)]
+    fn splat<S: Simd>(simd: S, x: Self) -> S::f32s {
+        simd.splat_f32s(x)
+    }
+
+    #[inline(always)]
+    fn fma<S: Simd>(simd: S, a: S::f32s, b: S::f32s, c: S::f32s) -> S::f32s {
+        simd.mul_add_e_f32s(a, b, c)
+    }
+
+    #[inline(always)]
+    fn add_v<S: Simd>(simd: S, a: S::f32s, b: S::f32s) -> S::f32s {
+        simd.add_f32s(a, b)
+    }
+
+    #[inline(always)]
+    fn vectors<S: Simd>(values: &[Self]) -> &[S::f32s] {
+        S::as_simd_f32s(values).0
+    }
+
+    #[inline(always)]
+    fn vectors_mut<S: Simd>(values: &mut [Self]) -> &mut [S::f32s] {
+        S::as_mut_simd_f32s(values).0
+    }
+}
+
+impl Lane for f64 {
+    type V<S: Simd> = S::f64s;
+
+    #[inline(always)]
+    fn lanes<S: Simd>() -> usize {
+        S::F64_LANES
+    }
+
+    #[inline(always)]
+    fn splat<S: Simd>(simd: S, x: Self) -> S::f64s {
+        simd.splat_f64s(x)
+    }
+
+    #[inline(always)]
+    fn fma<S: Simd>(simd: S, a: S::f64s, b: S::f64s, c: S::f64s) -> S::f64s {
+        simd.mul_add_e_f64s(a, b, c)
+    }
+
+    #[inline(always)]
+    fn add_v<S: Simd>(simd: S, a: S::f64s, b: S::f64s) -> S::f64s {
+        simd.add_f64s(a, b)
+    }
+
+    #[inline(always)]
+    fn vectors<S: Simd>(values: &[Self]) -> &[S::f64s] {
+        S::as_simd_f64s(values).0
+    }
+
+    #[inline(always)]
+    fn vectors_mut<S: Simd>(values: &mut [Self]) -> &mut [S::f64s] {
+        S::as_mut_simd_f64s(values).0
+    }
+}
+
+/// Lanes of `T`'s vector at `level`.
+pub(crate) fn lanes<T: Lane>(level: SimdLevel) -> usize {
+    struct Lanes<T>(core::marker::PhantomData<T>);
+    impl<T: Lane> pulp::WithSimd for Lanes<T> {
+        type Output = usize;
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _simd: S) -> usize {
+            T::lanes::<S>()
+        }
+    }
+    dispatch(level, Lanes::<T>(core::marker::PhantomData))
+}
+
+/// Rows of a tile at most: the most any level uses (AVX-512).
+pub(crate) const MAX_ROWS: usize = 6;
+
+/// Accumulator vectors of one row of a tile.
+pub(crate) const SLOTS: usize = 4;
+
+/// Lanes of a vector at most (`f32` on AVX-512).
+const MAX_LANES: usize = 16;
+
+/// Elements of one tile's results at most, kept after the laid-out rows.
+const TILE_SCRATCH: usize = MAX_ROWS * SLOTS * MAX_LANES;
+
+/// A product `[rows, ka + kb] · M^T`, its right operand packed into panels for
+/// [`Packed::tiles`] (Note [Packed weights]).
+///
+/// Each row of the left operand comes in two segments, `a` (`ka` values: a step's input)
+/// and `b` (`kb` values: the state entering it); `M` is packed the same way, the `ka`
+/// rows of segment `a` first. Each `k` of a segment adds 4 vectors of the panel (3 for
+/// GRU) into the row's [`SLOTS`] accumulators, vector `v` into slot `v`, except that GRU
+/// keeps the input's and the state's part of its `n` gate apart (vector 2 of segment `b`
+/// goes to slot 3).
+#[derive(Debug, Clone)]
+pub(crate) struct Packed<T> {
+    data: Vec<T>,
+    /// The level it was packed for (its vector width).
+    pub(crate) level: SimdLevel,
+    /// Lanes `L` of one vector.
+    pub(crate) lanes: usize,
+    /// Reduction length of each segment.
+    pub(crate) ka: usize,
+    pub(crate) kb: usize,
+    /// Output columns of the product, and of each panel.
+    pub(crate) n: usize,
+    panels: usize,
+    layout: PanelLayout,
+}
+
+/// Which output each accumulator lane of a panel computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PanelLayout {
+    /// The step's gates (Note [Packed weights]): panel `j` covers units `j·U ..` (`U = L`
+    /// for LSTM and GRU, `4L` for the one-gate RNNs). LSTM: slot `g` is gate `g`; GRU:
+    /// slots `r, z, n` of the input and `n` of the state; RNN: slot `q` is units
+    /// `j·U + q·L ..`.
+    Gates { gates: usize, hidden: usize },
+    /// Plain columns: slot `v` of panel `j` holds columns `(j·4 + v)·L ..`.
+    Columns,
+}
+
+impl<T: Lane> Packed<T> {
+    /// Packs `[W_ih | W_hh]` for a step's pre-activations `x_t · W_ih^T + h · W_hh^T`
+    /// (Note [Packed weights]): `w_ih` `[G·H, I]` (absent with skip input), `w_hh`
+    /// `[G·H, P]`, both row-major.
+    pub(crate) fn gates(
+        level: SimdLevel,
+        w_ih: Option<(&[T], usize)>,
+        w_hh: &[T],
+        gates: usize,
+        hidden: usize,
+        p: usize,
+    ) -> Self {
+        let lanes = lanes::<T>(level);
+        let per_panel = if gates == 1 { SLOTS * lanes } else { lanes };
+        let (w_in, ka) = w_ih.unwrap_or((&[], 0));
+        let layout = PanelLayout::Gates { gates, hidden };
+        let mut packed = Self {
+            data: Vec::new(),
+            level,
+            lanes,
+            ka,
+            kb: p,
+            n: gates * hidden,
+            panels: hidden.div_ceil(per_panel),
+            layout,
+        };
+        packed.fill(|segment, col, kk| match segment {
+            0 => w_in[col * ka + kk],
+            _ => w_hh[col * p + kk],
+        });
+        packed
+    }
+
+    /// Packs `W` (`[k, n]` row-major) for `rows · W`: plain columns, one segment (`b`, `k`
+    /// long).
+    pub(crate) fn columns(level: SimdLevel, w: &[T], k: usize, n: usize) -> Self {
+        let lanes = lanes::<T>(level);
+        let mut packed = Self {
+            data: Vec::new(),
+            level,
+            lanes,
+            ka: 0,
+            kb: k,
+            n,
+            panels: n.div_ceil(SLOTS * lanes),
+            layout: PanelLayout::Columns,
+        };
+        packed.fill(|_, col, kk| w[kk * n + col]);
+        packed
+    }
+
+    /// Vectors per `k` of each segment.
+    fn vectors(&self) -> (usize, usize) {
+        match self.layout {
+            PanelLayout::Gates { gates: 3, .. } => (3, 3),
+            _ => (SLOTS, SLOTS),
+        }
+    }
+
+    /// Elements of one panel.
+    fn panel_len(&self) -> usize {
+        let (va, vb) = self.vectors();
+        (self.ka * va + self.kb * vb) * self.lanes
+    }
+
+    /// Writes every panel from `value(segment, column of M, k)`, in the panel's own order
+    /// (its writes are sequential; its reads walk `V·L` rows of `M` side by side, which
+    /// stay in cache from one `k` to the next).
+    fn fill(&mut self, value: impl Fn(usize, usize, usize) -> T) {
+        let (va, vb) = self.vectors();
+        let (lanes, panel_len) = (self.lanes, self.panel_len());
+        let mut data = vec![T::ZERO; self.panels * panel_len];
+        let mut columns = Vec::with_capacity(SLOTS * lanes);
+        for (j, panel) in data
+            .chunks_mut(panel_len.max(1))
+            .enumerate()
+            .take(self.panels)
+        {
+            let (seg_a, seg_b) = panel.split_at_mut(self.ka * va * lanes);
+            for (segment, buf, vectors) in [(0, seg_a, va), (1, seg_b, vb)] {
+                columns.clear();
+                columns
+                    .extend((0..vectors * lanes).map(|i| self.column_of(j, i / lanes, i % lanes)));
+                for (kk, dst) in buf.chunks_exact_mut(vectors * lanes).enumerate() {
+                    for (d, col) in dst.iter_mut().zip(&columns) {
+                        if let Some(col) = *col {
+                            *d = value(segment, col, kk);
+                        }
+                    }
+                }
+            }
+        }
+        self.data = data;
+    }
+
+    /// What slot `slot`, lane `lane` of panel `j` accumulates: the column of `M`, and
+    /// which segments (`a`, `b`) add into it. `None` past the last column.
+    #[cfg(test)]
+    pub(crate) fn slot_output(
+        &self,
+        j: usize,
+        slot: usize,
+        lane: usize,
+    ) -> Option<(usize, [bool; 2])> {
+        match (self.layout, slot) {
+            // GRU: slot 2 is the input's part of `n`, slot 3 the state's.
+            (PanelLayout::Gates { gates: 3, .. }, 2) => {
+                Some((self.column_of(j, 2, lane)?, [true, false]))
+            }
+            (PanelLayout::Gates { gates: 3, .. }, 3) => {
+                Some((self.column_of(j, 2, lane)?, [false, true]))
+            }
+            _ => Some((self.column_of(j, slot, lane)?, [true, true])),
+        }
+    }
+
+    /// The column of `M` that lane `lane` of vector `v` of panel `j` holds, if any.
+    fn column_of(&self, j: usize, v: usize, lane: usize) -> Option<usize> {
+        match self.layout {
+            PanelLayout::Gates { gates: 1, hidden } => {
+                let unit = (j * SLOTS + v) * self.lanes + lane;
+                (unit < hidden).then_some(unit)
+            }
+            PanelLayout::Gates { gates, hidden } => {
+                let unit = j * self.lanes + lane;
+                (unit < hidden && v < gates).then_some(v * hidden + unit)
+            }
+            PanelLayout::Columns => {
+                let col = (j * SLOTS + v) * self.lanes + lane;
+                (col < self.n).then_some(col)
+            }
+        }
+    }
+
+    /// Units (for [`Packed::gates`]) or columns (for [`Packed::columns`]) per panel.
+    pub(crate) fn per_panel(&self) -> usize {
+        match self.layout {
+            PanelLayout::Gates { gates: 3 | 4, .. } => self.lanes,
+            _ => SLOTS * self.lanes,
+        }
+    }
+
+    /// Rows of a tile at `S`'s register count: `MR × 4` accumulators, 4 vectors of the
+    /// panel and a broadcast in registers.
+    #[inline(always)]
+    fn tile_rows<S: Simd>() -> usize {
+        if S::REGISTER_COUNT >= 32 {
+            6
+        } else {
+            3
+        }
+    }
+
+    /// Lays `rows` rows out for [`Packed::tiles`] into `lhs` (followed by room for one
+    /// tile's results): row `r`'s segments are
+    /// `row(r)` = (`a`, at least `ka` long; `b`, at least `kb` long), block by block of the
+    /// tile height, `k`-major inside a block (`[k][mr]`), so that the microkernel reads one
+    /// stream of broadcasts instead of one pointer per row. `lhs` is reused across calls.
+    ///
+    /// # Panics
+    ///
+    /// If a segment is too short.
+    #[inline(always)]
+    pub(crate) fn lay_out_rows<'r, S: Simd>(
+        &self,
+        rows: usize,
+        row: impl Fn(usize) -> (&'r [T], &'r [T]),
+        lhs: &mut Vec<T>,
+    ) where
+        T: 'r,
+    {
+        let rows_max = Self::tile_rows::<S>();
+        let (ka, kb) = (self.ka, self.kb);
+        let k = ka + kb;
+        // Every element of the layout is written below; the tail is the tiles' scratch
+        // (`tiles`). Resizing keeps the old contents: nothing is zeroed twice per step.
+        lhs.resize(rows * k + TILE_SCRATCH, T::ZERO);
+        let mut first = 0;
+        while first < rows {
+            let mr = rows_max.min(rows - first);
+            let block = &mut lhs[first * k..(first + mr) * k];
+            for r in 0..mr {
+                let (a, b) = row(first + r);
+                for (kk, &v) in a[..ka].iter().enumerate() {
+                    block[kk * mr + r] = v;
+                }
+                for (kk, &v) in b[..kb].iter().enumerate() {
+                    block[(ka + kk) * mr + r] = v;
+                }
+            }
+            first += mr;
+        }
+    }
+
+    /// Computes the product of `rows` rows, laid out in `lhs` by
+    /// [`Packed::lay_out_rows`], with `M^T`, one tile at a time, panel by panel, and hands
+    /// each tile to `epilogue(first_row, tile_rows, panel, values)`, where
+    /// `values[r · 4L + s · L + lane]` is slot `s`, lane `lane` of row `first_row + r` (what
+    /// that is: [`PanelLayout`]).
+    ///
+    /// Must run inside `dispatch(self.level, ..)`, with `simd` of that level.
+    ///
+    /// # Panics
+    ///
+    /// If `S` is not the level the weights were packed for, or `lhs` does not hold `rows`
+    /// rows.
+    #[inline(always)]
+    pub(crate) fn tiles<S: Simd>(
+        &self,
+        simd: S,
+        lhs: &mut [T],
+        rows: usize,
+        mut epilogue: impl FnMut(usize, usize, usize, &[T]),
+    ) {
+        assert_eq!(
+            T::lanes::<S>(),
+            self.lanes,
+            "packed for {:?}, run at another level",
+            self.level
+        );
+        assert!(self.lanes <= MAX_LANES);
+        let rows_max = Self::tile_rows::<S>();
+        let (va, _) = self.vectors();
+        let (ka, kb) = (self.ka, self.kb);
+        let k = ka + kb;
+        assert_eq!(
+            lhs.len(),
+            rows * k + TILE_SCRATCH,
+            "rows laid out for this product"
+        );
+        let (lhs, scratch) = lhs.split_at_mut(rows * k);
+        let panel_len = self.panel_len();
+        let split = ka * va * self.lanes;
+        let width = SLOTS * self.lanes;
+        for j in 0..self.panels {
+            let panel = &self.data[j * panel_len..(j + 1) * panel_len];
+            let (pa, pb) = panel.split_at(split);
+            let (pa, pb) = (T::vectors::<S>(pa), T::vectors::<S>(pb));
+            let mut first = 0;
+            while first < rows {
+                let mr = rows_max.min(rows - first);
+                let block = &lhs[first * k..(first + mr) * k];
+                let out = &mut scratch[..mr * width];
+                macro_rules! tile {
+                    ($mr:literal, $v:literal, $split:literal) => {
+                        tile::<S, T, $mr, $v, $split>(simd, block, pa, pb, ka, kb, out)
+                    };
+                }
+                match (va, mr) {
+                    (3, 1) => tile!(1, 3, true),
+                    (3, 2) => tile!(2, 3, true),
+                    (3, 3) => tile!(3, 3, true),
+                    (3, 4) => tile!(4, 3, true),
+                    (3, 5) => tile!(5, 3, true),
+                    (3, _) => tile!(6, 3, true),
+                    (_, 1) => tile!(1, 4, false),
+                    (_, 2) => tile!(2, 4, false),
+                    (_, 3) => tile!(3, 4, false),
+                    (_, 4) => tile!(4, 4, false),
+                    (_, 5) => tile!(5, 4, false),
+                    (_, _) => tile!(6, 4, false),
+                }
+                epilogue(first, mr, j, out);
+                first += mr;
+            }
+        }
+    }
+}
+
+/// The microkernel: a block of `MR` rows (`lhs`, `[ka + kb][MR]`) times one panel into
+/// `MR × 4` accumulators, segment `a` (`V` vectors per `k`, vector `v` into slot `v`) then
+/// segment `b` (the same, except that with `SPLIT` its vector 2 goes to slot 3: GRU's
+/// state part of `n`); then the accumulators to `out` (`[MR][4][L]`).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn tile<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
+    simd: S,
+    lhs: &[T],
+    pa: &[T::V<S>],
+    pb: &[T::V<S>],
+    ka: usize,
+    kb: usize,
+    out: &mut [T],
+) {
+    let mut acc = [[T::splat(simd, T::ZERO); SLOTS]; MR];
+    let (la, lb) = lhs[..(ka + kb) * MR].split_at(ka * MR);
+    segment::<S, T, MR, V, false>(simd, &mut acc, la, &pa[..ka * V]);
+    segment::<S, T, MR, V, SPLIT>(simd, &mut acc, lb, &pb[..kb * V]);
+    let out = T::vectors_mut::<S>(out);
+    for r in 0..MR {
+        for s in 0..SLOTS {
+            out[r * SLOTS + s] = acc[r][s];
+        }
+    }
+}
+
+/// One segment of [`tile`]: `lhs` `[k][MR]`, `panel` `[k][V]` vectors. A single row
+/// (decoding, long sequences at batch 1) accumulates even and odd `k` apart, so that its
+/// four chains of dependent multiply-adds become eight.
+#[inline(always)]
+fn segment<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
+    simd: S,
+    acc: &mut [[T::V<S>; SLOTS]; MR],
+    lhs: &[T],
+    panel: &[T::V<S>],
+) {
+    let slot = |v: usize| if SPLIT && v == 2 { 3 } else { v };
+    let (lhs, panel) = if MR == 1 {
+        let mut odd = [T::splat(simd, T::ZERO); SLOTS];
+        let pairs = lhs.len() / 2;
+        for (x, w) in lhs[..2 * pairs]
+            .chunks_exact(2)
+            .zip(panel[..2 * pairs * V].chunks_exact(2 * V))
+        {
+            let (x0, x1) = (T::splat(simd, x[0]), T::splat(simd, x[1]));
+            for v in 0..V {
+                acc[0][slot(v)] = T::fma(simd, x0, w[v], acc[0][slot(v)]);
+                odd[slot(v)] = T::fma(simd, x1, w[V + v], odd[slot(v)]);
+            }
+        }
+        for s in 0..SLOTS {
+            acc[0][s] = T::add_v(simd, acc[0][s], odd[s]);
+        }
+        (&lhs[2 * pairs..], &panel[2 * pairs * V..])
+    } else {
+        (lhs, panel)
+    };
+    for (x, w) in lhs.chunks_exact(MR).zip(panel.chunks_exact(V)) {
+        let x: &[T; MR] = x.try_into().expect("chunks of MR");
+        let w: &[T::V<S>; V] = w.try_into().expect("chunks of V");
+        for r in 0..MR {
+            let xr = T::splat(simd, x[r]);
+            for v in 0..V {
+                acc[r][slot(v)] = T::fma(simd, xr, w[v], acc[r][slot(v)]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: f64) -> Vec<f64> {
+        (0..n).map(|i| ((i as f64 + seed) * 0.37).sin()).collect()
+    }
+
+    /// Every level, every panel layout (LSTM, GRU, RNN gates, with and without the input
+    /// segment; plain columns), row counts 1..=13 (every tile height and remainders), sizes
+    /// that are not multiples of the lanes: each output equals a naive product, and each
+    /// is produced exactly once.
+    #[test]
+    fn tiles_match_a_naive_product_at_every_level() {
+        for level in SimdLevel::available() {
+            for (gates, hidden, i, p) in [
+                (4, 5, 3, 2),
+                (3, 19, 7, 5),
+                (1, 37, 2, 9),
+                (4, 16, 16, 16),
+                (3, 1, 0, 1),
+                (1, 70, 0, 3),
+            ] {
+                let n = gates * hidden;
+                let w_ih = values(n * i, 1.0);
+                let w_hh = values(n * p, 2.0);
+                for rows in 1..=13 {
+                    let x = values(rows * i, 3.0);
+                    let h = values(rows * p, 4.0);
+                    let xa: Vec<&[f64]> = (0..rows).map(|r| &x[r * i..(r + 1) * i]).collect();
+                    let hb: Vec<&[f64]> = h.chunks(p).collect();
+                    let packed = Packed::gates(
+                        level,
+                        (i > 0).then_some((&w_ih[..], i)),
+                        &w_hh,
+                        gates,
+                        hidden,
+                        p,
+                    );
+                    let mut seen = vec![0usize; rows * n * 2];
+                    run_tiles(&packed, &xa, &hb, |r, col, [sa, sb], got| {
+                        let mut want = 0.0;
+                        if sa {
+                            want += (0..i)
+                                .map(|k| x[r * i + k] * w_ih[col * i + k])
+                                .sum::<f64>();
+                        }
+                        if sb {
+                            want += (0..p)
+                                .map(|k| h[r * p + k] * w_hh[col * p + k])
+                                .sum::<f64>();
+                        }
+                        assert!(
+                            (got - want).abs() < 1e-12,
+                            "{level:?} G {gates} H {hidden} I {i} row {r} col {col}: {got} vs {want}"
+                        );
+                        seen[(r * n + col) * 2 + usize::from(!sa)] += 1;
+                    });
+                    for (idx, &count) in seen.iter().enumerate() {
+                        // GRU's n gate: one slot per segment; every other column: one slot.
+                        let (col, part) = ((idx / 2) % n, idx % 2);
+                        let split_n = gates == 3 && col >= 2 * hidden;
+                        let expected = usize::from(part == 0 || split_n);
+                        assert_eq!(count, expected, "{level:?} G {gates}: output {idx}");
+                    }
+                    // Plain columns: h · W with W `[p, n]`.
+                    let w = values(p * n, 5.0);
+                    let packed = Packed::columns(level, &w, p, n);
+                    let mut seen = vec![0usize; rows * n];
+                    run_tiles(&packed, &[], &hb, |r, col, _, got| {
+                        let want: f64 = (0..p).map(|k| h[r * p + k] * w[k * n + col]).sum();
+                        assert!(
+                            (got - want).abs() < 1e-12,
+                            "{level:?} columns row {r} col {col}"
+                        );
+                        seen[r * n + col] += 1;
+                    });
+                    assert!(seen.iter().all(|&c| c == 1));
+                }
+            }
+        }
+    }
+
+    /// Calls `check(row, column, segments, value)` for every output of the product.
+    fn run_tiles(
+        packed: &Packed<f64>,
+        a: &[&[f64]],
+        b: &[&[f64]],
+        mut check: impl FnMut(usize, usize, [bool; 2], f64),
+    ) {
+        struct Run<'a, F> {
+            packed: &'a Packed<f64>,
+            a: &'a [&'a [f64]],
+            b: &'a [&'a [f64]],
+            check: &'a mut F,
+        }
+        impl<F: FnMut(usize, usize, [bool; 2], f64)> pulp::WithSimd for Run<'_, F> {
+            type Output = ();
+            #[inline(always)]
+            fn with_simd<S: Simd>(self, simd: S) {
+                let p = self.packed;
+                let width = SLOTS * p.lanes;
+                let mut lhs = Vec::new();
+                let rows = self.b.len();
+                p.lay_out_rows::<S>(
+                    rows,
+                    |r| (self.a.get(r).copied().unwrap_or(&[]), self.b[r]),
+                    &mut lhs,
+                );
+                p.tiles(
+                    simd,
+                    &mut lhs,
+                    rows,
+                    #[inline(always)]
+                    |first, mr, j, values| {
+                        for r in 0..mr {
+                            for slot in 0..SLOTS {
+                                for lane in 0..p.lanes {
+                                    if let Some((col, segs)) = p.slot_output(j, slot, lane) {
+                                        let v = values[r * width + slot * p.lanes + lane];
+                                        (self.check)(first + r, col, segs, v);
+                                    }
+                                }
+                            }
+                        }
+                    },
+                );
+            }
+        }
+        dispatch(
+            packed.level,
+            Run {
+                packed,
+                a,
+                b,
+                check: &mut check,
+            },
+        );
+    }
+}

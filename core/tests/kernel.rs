@@ -1,0 +1,421 @@
+//! The native CPU kernel against a plain scalar implementation on slices, written here from
+//! the equations alone (ARCHITECTURE.md, "Canonical layout"): every mode, layers, both
+//! directions, projection, skip input, variable lengths, both layouts, at every SIMD level
+//! this CPU has, in `f64` and `f32`; and the backward against central finite differences
+//! of that implementation.
+
+use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
+use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
+use burn_fused_rnn_core::random::SplitMix64;
+use burn_fused_rnn_core::{DropoutSpec, ParamKind, RnnDescriptor, RnnLayout, RnnMode, RnnSpec};
+
+/// `n` values in `[-scale, scale)`, the same on every run.
+fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| rng.next_symmetric(scale)).collect()
+}
+
+/// Runs `f` at every SIMD level this CPU has (forced on this thread).
+fn with_levels(f: impl Fn(SimdLevel)) {
+    for level in SimdLevel::available() {
+        with_simd_level(level, || f(level));
+    }
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// What the plain implementation returns: `y`, `h_n`, `c_n` (empty without a cell state).
+struct Plain {
+    y: Vec<f64>,
+    h_n: Vec<f64>,
+    c_n: Vec<f64>,
+}
+
+/// The network of `desc` on `x`, `h0`, `c0`, `w`, one element at a time.
+fn plain(desc: &RnnDescriptor, x: &[f64], h0: &[f64], c0: &[f64], w: &[f64]) -> Plain {
+    let spec = desc.spec;
+    let layout = RnnLayout::new(spec);
+    let (t_len, b_len) = (desc.seq_length, desc.batch_size);
+    let (h, p, nd, g) = (
+        spec.d_hidden,
+        spec.d_state(),
+        spec.num_directions(),
+        spec.mode.num_gates(),
+    );
+    let lengths = desc
+        .seq_lengths
+        .clone()
+        .unwrap_or_else(|| vec![t_len; b_len]);
+    let row = |t: usize, b: usize| {
+        if desc.batch_first {
+            b * t_len + t
+        } else {
+            t * b_len + b
+        }
+    };
+    let param = |layer: usize, d: usize, kind: ParamKind| {
+        layout
+            .entry(layer, d, kind)
+            .map(|e| &w[e.offset..e.offset + e.len()])
+    };
+    let mut input: Vec<f64> = x.to_vec();
+    let mut h_n = vec![0.0; spec.num_pseudo_layers() * b_len * p];
+    let mut c_n = vec![
+        0.0;
+        if spec.mode == RnnMode::Lstm {
+            spec.num_pseudo_layers() * b_len * h
+        } else {
+            0
+        }
+    ];
+    for layer in 0..spec.num_layers {
+        let in_l = spec.layer_input_size(layer);
+        let mut out = vec![0.0; t_len * b_len * nd * p];
+        for d in 0..nd {
+            let idx = layer * nd + d;
+            let w_ih = param(layer, d, ParamKind::WeightIh);
+            let w_hh = param(layer, d, ParamKind::WeightHh).unwrap();
+            let b_ih = param(layer, d, ParamKind::BiasIh);
+            let b_hh = param(layer, d, ParamKind::BiasHh);
+            let w_hr = param(layer, d, ParamKind::WeightHr);
+            for b in 0..b_len {
+                let mut hs: Vec<f64> = h0[(idx * b_len + b) * p..][..p].to_vec();
+                let mut cs: Vec<f64> = if c_n.is_empty() {
+                    Vec::new()
+                } else {
+                    c0[(idx * b_len + b) * h..][..h].to_vec()
+                };
+                let len = lengths[b];
+                let steps: Vec<usize> = if d == 0 {
+                    (0..len).collect()
+                } else {
+                    (0..len).rev().collect()
+                };
+                for t in steps {
+                    let xt = &input[row(t, b) * in_l..][..in_l];
+                    // Input and recurrent pre-activations, each with its bias.
+                    let mut wx = vec![0.0; g * h];
+                    let mut rh = vec![0.0; g * h];
+                    for k in 0..g * h {
+                        wx[k] = match w_ih {
+                            Some(m) => (0..in_l).map(|i| m[k * in_l + i] * xt[i]).sum::<f64>(),
+                            None => xt[k % h], // skip input: x added to every gate
+                        } + b_ih.map_or(0.0, |bv| bv[k]);
+                        rh[k] = (0..p).map(|i| w_hh[k * p + i] * hs[i]).sum::<f64>()
+                            + b_hh.map_or(0.0, |bv| bv[k]);
+                    }
+                    match spec.mode {
+                        RnnMode::Lstm => {
+                            let mut m = vec![0.0; h];
+                            for j in 0..h {
+                                let gate = |q: usize| wx[q * h + j] + rh[q * h + j];
+                                let (i, f, gg, o) = (
+                                    sigmoid(gate(0)),
+                                    sigmoid(gate(1)),
+                                    gate(2).tanh(),
+                                    sigmoid(gate(3)),
+                                );
+                                cs[j] = f * cs[j] + i * gg;
+                                m[j] = o * cs[j].tanh();
+                            }
+                            hs = match w_hr {
+                                Some(r) => (0..p)
+                                    .map(|q| (0..h).map(|j| r[q * h + j] * m[j]).sum())
+                                    .collect(),
+                                None => m,
+                            };
+                        }
+                        RnnMode::Gru => {
+                            hs = (0..h)
+                                .map(|j| {
+                                    let r = sigmoid(wx[j] + rh[j]);
+                                    let z = sigmoid(wx[h + j] + rh[h + j]);
+                                    let n = (wx[2 * h + j] + r * rh[2 * h + j]).tanh();
+                                    (1.0 - z) * n + z * hs[j]
+                                })
+                                .collect();
+                        }
+                        RnnMode::RnnTanh => hs = (0..h).map(|j| (wx[j] + rh[j]).tanh()).collect(),
+                        RnnMode::RnnRelu => hs = (0..h).map(|j| (wx[j] + rh[j]).max(0.0)).collect(),
+                    }
+                    out[row(t, b) * nd * p + d * p..][..p].copy_from_slice(&hs);
+                }
+                h_n[(idx * b_len + b) * p..][..p].copy_from_slice(&hs);
+                if !c_n.is_empty() {
+                    c_n[(idx * b_len + b) * h..][..h].copy_from_slice(&cs);
+                }
+            }
+        }
+        input = out;
+    }
+    Plain { y: input, h_n, c_n }
+}
+
+/// The descriptors the tests run: every mode, 2 layers, both directions, both layouts,
+/// padding (a length of 0 included), LSTM with and without a projection, skip input.
+fn cases() -> Vec<RnnDescriptor> {
+    let mut out = Vec::new();
+    for mode in [
+        RnnMode::Lstm,
+        RnnMode::Gru,
+        RnnMode::RnnTanh,
+        RnnMode::RnnRelu,
+    ] {
+        for (bidirectional, batch_first, proj, skip) in [
+            (true, false, None, false),
+            (false, true, None, true),
+            (true, true, Some(3), false),
+        ] {
+            if proj.is_some() && mode != RnnMode::Lstm {
+                continue;
+            }
+            let d_input = if skip { 5 } else { 4 };
+            let spec = RnnSpec {
+                num_layers: 2,
+                bidirectional,
+                proj_size: proj,
+                skip_input: skip,
+                ..RnnSpec::new(mode, d_input, 5)
+            };
+            out.push(RnnDescriptor::new(
+                spec,
+                6,
+                4,
+                batch_first,
+                Some(vec![6, 2, 0, 5]),
+                DropoutSpec::NONE,
+            ));
+        }
+    }
+    out
+}
+
+/// Which input of a [`Data`] a finite difference moves.
+type Pick = fn(&mut Data) -> &mut Vec<f64>;
+
+struct Data {
+    x: Vec<f64>,
+    h0: Vec<f64>,
+    c0: Vec<f64>,
+    w: Vec<f64>,
+}
+
+fn data(desc: &RnnDescriptor) -> Data {
+    Data {
+        x: values(desc.input_shape().iter().product(), 1, 1.0),
+        h0: values(desc.hidden_shape().iter().product(), 2, 0.5),
+        c0: values(desc.cell_shape().iter().product(), 3, 0.5),
+        // Small weights keep the ReLU RNN from growing.
+        w: values(desc.params_size(), 4, 0.4),
+    }
+}
+
+fn inputs<'a, T>(desc: &RnnDescriptor, d: &'a Converted<T>) -> HostInputs<'a, T> {
+    HostInputs {
+        x: &d.x,
+        h0: Some(&d.h0),
+        c0: desc.spec.mode.has_cell_state().then_some(&d.c0[..]),
+        w: &d.w,
+    }
+}
+
+struct Converted<T> {
+    x: Vec<T>,
+    h0: Vec<T>,
+    c0: Vec<T>,
+    w: Vec<T>,
+}
+
+fn convert<T>(d: &Data, f: impl Fn(f64) -> T) -> Converted<T> {
+    let c = |v: &Vec<f64>| v.iter().map(|&x| f(x)).collect();
+    Converted {
+        x: c(&d.x),
+        h0: c(&d.h0),
+        c0: c(&d.c0),
+        w: c(&d.w),
+    }
+}
+
+fn assert_close(what: &str, got: impl IntoIterator<Item = f64>, expected: &[f64], tol: f64) {
+    let got: Vec<f64> = got.into_iter().collect();
+    assert_eq!(got.len(), expected.len(), "{what}: length");
+    for (i, (a, e)) in got.iter().zip(expected).enumerate() {
+        assert!(
+            (a - e).abs() <= tol * (1.0 + e.abs()),
+            "{what}[{i}]: {a} vs {e} (tol {tol})"
+        );
+    }
+}
+
+/// Forward (inference and training) at every SIMD level, f64 and f32.
+#[test]
+fn forward_matches_the_plain_implementation_at_every_simd_level() {
+    for desc in cases() {
+        let d = data(&desc);
+        let expected = plain(&desc, &d.x, &d.h0, &d.c0, &d.w);
+        let d64 = convert(&d, |v| v);
+        let d32 = convert(&d, |v| v as f32);
+        with_levels(|level: SimdLevel| {
+            for training in [false, true] {
+                let what = format!("{:?} {:?} training {training}", desc.spec, level);
+                let (out, reserve) =
+                    cpu::forward(&desc, &inputs(&desc, &d64), None::<&()>, training, false);
+                assert_eq!(reserve.is_some(), training);
+                assert_close(&format!("{what} f64 y"), out.y, &expected.y, 1e-12);
+                assert_close(&format!("{what} f64 h_n"), out.h_n, &expected.h_n, 1e-12);
+                assert_close(
+                    &format!("{what} f64 c_n"),
+                    out.c_n.unwrap_or_default(),
+                    &expected.c_n,
+                    1e-12,
+                );
+                let (out, _) =
+                    cpu::forward(&desc, &inputs(&desc, &d32), None::<&()>, training, false);
+                let up = |v: Vec<f32>| v.into_iter().map(f64::from).collect::<Vec<_>>();
+                assert_close(&format!("{what} f32 y"), up(out.y), &expected.y, 2e-5);
+                assert_close(&format!("{what} f32 h_n"), up(out.h_n), &expected.h_n, 2e-5);
+                assert_close(
+                    &format!("{what} f32 c_n"),
+                    up(out.c_n.unwrap_or_default()),
+                    &expected.c_n,
+                    2e-5,
+                );
+            }
+        });
+    }
+}
+
+/// `L = Σ y·gy + Σ h_n·gh + Σ c_n·gc` of the plain implementation.
+fn loss(desc: &RnnDescriptor, d: &Data, gy: &[f64], gh: &[f64], gc: &[f64]) -> f64 {
+    let out = plain(desc, &d.x, &d.h0, &d.c0, &d.w);
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    dot(&out.y, gy) + dot(&out.h_n, gh) + dot(&out.c_n, gc)
+}
+
+/// The backward's gradients of `x`, `h0`, `c0` and the weights equal central finite
+/// differences of the plain implementation, at every SIMD level, in f64; f32 agrees.
+#[test]
+fn backward_matches_finite_differences_at_every_simd_level() {
+    for desc in cases() {
+        let d = data(&desc);
+        let gy = values(desc.output_shape().iter().product(), 5, 1.0);
+        let gh = values(desc.hidden_shape().iter().product(), 6, 1.0);
+        let gc = if desc.spec.mode.has_cell_state() {
+            values(desc.cell_shape().iter().product(), 7, 1.0)
+        } else {
+            Vec::new()
+        };
+        // Central differences of a few coordinates of each input.
+        let numeric = |pick: Pick, k: usize| {
+            let eps = 1e-6;
+            let mut plus = Data {
+                x: d.x.clone(),
+                h0: d.h0.clone(),
+                c0: d.c0.clone(),
+                w: d.w.clone(),
+            };
+            pick(&mut plus)[k] += eps;
+            let mut minus = Data {
+                x: d.x.clone(),
+                h0: d.h0.clone(),
+                c0: d.c0.clone(),
+                w: d.w.clone(),
+            };
+            pick(&mut minus)[k] -= eps;
+            (loss(&desc, &plus, &gy, &gh, &gc) - loss(&desc, &minus, &gy, &gh, &gc)) / (2.0 * eps)
+        };
+        let picks: [(&str, Pick); 4] = [
+            ("x", |d| &mut d.x),
+            ("h0", |d| &mut d.h0),
+            ("c0", |d| &mut d.c0),
+            ("w", |d| &mut d.w),
+        ];
+        let mut expected = Vec::new();
+        let mut rng = SplitMix64::new(9);
+        for (name, pick) in picks {
+            let mut dd = Data {
+                x: d.x.clone(),
+                h0: d.h0.clone(),
+                c0: d.c0.clone(),
+                w: d.w.clone(),
+            };
+            let n = if name == "c0" && !desc.spec.mode.has_cell_state() {
+                0
+            } else {
+                pick(&mut dd).len()
+            };
+            for _ in 0..if n == 0 { 0 } else { 12 } {
+                let k = (rng.next_u64() % n as u64) as usize;
+                expected.push((name, k, numeric(pick, k)));
+            }
+        }
+        let d64 = convert(&d, |v| v);
+        let d32 = convert(&d, |v| v as f32);
+        let gc_opt = (!gc.is_empty()).then_some(&gc[..]);
+        with_levels(|level: SimdLevel| {
+            let (out, reserve) =
+                cpu::forward(&desc, &inputs(&desc, &d64), None::<&()>, true, false);
+            let mut reserve = reserve.unwrap();
+            let grads = OutputGrads {
+                dy: Some(&gy),
+                dh_n: Some(&gh),
+                dc_n: gc_opt,
+            };
+            let len = cpu::reserve_len(&desc, false);
+            let g = cpu::backward(
+                &desc,
+                &inputs(&desc, &d64),
+                &out.y,
+                &mut reserve[..len],
+                false,
+                &grads,
+            );
+            let dc0 = g.dc0.clone().unwrap_or_default();
+            for &(name, k, num) in &expected {
+                let got = match name {
+                    "x" => g.dx[k],
+                    "h0" => g.dh0[k],
+                    "c0" => dc0[k],
+                    _ => g.dweights[k],
+                };
+                assert!(
+                    (got - num).abs() <= 1e-6 * (1.0 + num.abs()),
+                    "{:?} {level:?}: d{name}[{k}] {got} vs finite difference {num}",
+                    desc.spec
+                );
+            }
+            // f32: the same gradients to f32 rounding.
+            let gy32: Vec<f32> = gy.iter().map(|&v| v as f32).collect();
+            let gh32: Vec<f32> = gh.iter().map(|&v| v as f32).collect();
+            let gc32: Vec<f32> = gc.iter().map(|&v| v as f32).collect();
+            let (out32, reserve32) =
+                cpu::forward(&desc, &inputs(&desc, &d32), None::<&()>, true, false);
+            let mut reserve32 = reserve32.unwrap();
+            let grads32 = OutputGrads {
+                dy: Some(&gy32),
+                dh_n: Some(&gh32),
+                dc_n: (!gc32.is_empty()).then_some(&gc32[..]),
+            };
+            let g32 = cpu::backward(
+                &desc,
+                &inputs(&desc, &d32),
+                &out32.y,
+                &mut reserve32[..len],
+                false,
+                &grads32,
+            );
+            let up = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+            let what = format!("{:?} {level:?} f32", desc.spec);
+            assert_close(&format!("{what} dx"), up(&g32.dx), &g.dx, 1e-4);
+            assert_close(&format!("{what} dh0"), up(&g32.dh0), &g.dh0, 1e-4);
+            assert_close(
+                &format!("{what} dweights"),
+                up(&g32.dweights),
+                &g.dweights,
+                1e-4,
+            );
+        });
+    }
+}
