@@ -195,6 +195,7 @@ fn cases() -> Vec<RnnDescriptor> {
 /// Which input of a [`Data`] a finite difference moves.
 type Pick = fn(&mut Data) -> &mut Vec<f64>;
 
+#[derive(Clone)]
 struct Data {
     x: Vec<f64>,
     h0: Vec<f64>,
@@ -310,19 +311,9 @@ fn backward_matches_finite_differences_at_every_simd_level() {
         // Central differences of a few coordinates of each input.
         let numeric = |pick: Pick, k: usize| {
             let eps = 1e-6;
-            let mut plus = Data {
-                x: d.x.clone(),
-                h0: d.h0.clone(),
-                c0: d.c0.clone(),
-                w: d.w.clone(),
-            };
+            let mut plus = d.clone();
             pick(&mut plus)[k] += eps;
-            let mut minus = Data {
-                x: d.x.clone(),
-                h0: d.h0.clone(),
-                c0: d.c0.clone(),
-                w: d.w.clone(),
-            };
+            let mut minus = d.clone();
             pick(&mut minus)[k] -= eps;
             (loss(&desc, &plus, &gy, &gh, &gc) - loss(&desc, &minus, &gy, &gh, &gc)) / (2.0 * eps)
         };
@@ -335,12 +326,7 @@ fn backward_matches_finite_differences_at_every_simd_level() {
         let mut expected = Vec::new();
         let mut rng = SplitMix64::new(9);
         for (name, pick) in picks {
-            let mut dd = Data {
-                x: d.x.clone(),
-                h0: d.h0.clone(),
-                c0: d.c0.clone(),
-                w: d.w.clone(),
-            };
+            let mut dd = d.clone();
             let n = if name == "c0" && !desc.spec.mode.has_cell_state() {
                 0
             } else {

@@ -33,8 +33,9 @@
 //! - **Padding never leaks**: select semantics at every padded step (Note [Padding never
 //!   leaks] in [`crate::semantics`]).
 //!
-//! F64 runs in `f64`, F32 in `f32`; F16 and BF16 (Flex) are converted to `f32` on entry and
-//! back on exit, like the reference (Note [Half precision] in [`crate::semantics`]).
+//! The kernel computes in `f64` or `f32` ([`Element`]); a front-end converts F16 and BF16
+//! tensors to `f32` on entry and back on exit and passes `half`, like the reference (Note
+//! [Half precision] in [`crate::semantics`]).
 //! Dropout masks are those of the reference, bit for bit (Note [Dropout masks] in
 //! [`crate::dropout`]).
 //!
