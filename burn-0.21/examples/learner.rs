@@ -16,7 +16,15 @@
 //! cargo run --release --example learner              # 6 epochs: 3, then 3 more resumed from the checkpoint
 //! cargo run --example learner -- --quick             # what CI runs: less data, 2 + 1 epochs
 //! cargo run --release --example learner -- --tui     # Burn's own renderer instead of the epoch lines
+//! cargo run --release --example learner -- --devices 2  # burn-train's multi-device strategy
 //! ```
+//!
+//! `--devices N` trains with `ExecutionStrategy::multi` over `N` device handles
+//! (`MultiDeviceOptim::OptimMainDevice`): burn-train splits each epoch's data in `N`
+//! parts, runs one worker per device at once, sums their gradients and steps once. On the
+//! CPU the handles all name NdArray's one device, so it shows the strategy running the
+//! fused op from several threads, not a speed-up; `tests/multi_device.rs` checks that such
+//! a run gives the weights of a single-device run on the same batches.
 //!
 //! `--tui` shows Burn's text UI when Burn's `tui` feature is enabled (in your own crate:
 //! `burn = { version = "0.21", features = ["train", "tui"] }`; here:
@@ -40,7 +48,8 @@ use burn::train::renderer::{
     MetricsRendererTraining, ProgressType, TrainingProgress,
 };
 use burn::train::{
-    ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
+    ClassificationOutput, ExecutionStrategy, InferenceStep, Learner, MultiDeviceOptim,
+    SupervisedTraining, TrainOutput, TrainStep,
 };
 use burn_fused_rnn::nn::{Lstm, LstmConfig};
 use std::collections::{BTreeMap, HashMap};
@@ -286,8 +295,9 @@ fn train(
     epochs: usize,
     resume: Option<usize>,
     tui: bool,
+    devices: usize,
 ) -> SequenceClassifier<NdArray> {
-    let device = Default::default();
+    let device: burn::tensor::Device<B> = Default::default();
     B::seed(&device, 18);
     let mut training = SupervisedTraining::new(
         dir,
@@ -302,6 +312,11 @@ fn train(
     }
     if !tui {
         training = training.renderer(EpochLines::default());
+    }
+    if devices > 1 {
+        let strategy =
+            ExecutionStrategy::multi(vec![device; devices], MultiDeviceOptim::OptimMainDevice);
+        training = training.with_training_strategy(strategy.into());
     }
     // With `resume`, the Learner replaces these weights (and the optimizer's state) by the
     // checkpoint's.
@@ -349,6 +364,19 @@ fn main() {
         FULL
     };
     let tui = args.iter().any(|a| a == "--tui");
+    let devices = match args.iter().position(|a| a == "--devices") {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&n| n >= 1)
+            .unwrap_or_else(|| {
+                panic!(
+                    "expected a number of devices (1 or more) after --devices, got {:?}",
+                    args.get(i + 1)
+                )
+            }),
+        None => 1,
+    };
     let dir = std::env::temp_dir().join("burn-fused-rnn-learner");
     // A fresh directory: the checkpoints of an earlier run must not be resumed from.
     let _ = std::fs::remove_dir_all(&dir);
@@ -357,8 +385,11 @@ fn main() {
         "2-layer LSTM (burn_fused_rnn::nn::Lstm) classifying {} noisy waves by their number of periods",
         plan.train
     );
+    if devices > 1 {
+        println!("on {devices} device handles (burn-train's multi-device strategy)");
+    }
     println!("training epochs 1..={}", plan.first);
-    train(&dir, &plan, plan.first, None, tui);
+    train(&dir, &plan, plan.first, None, tui, devices);
     println!(
         "resuming from the checkpoint of epoch {} ({}) for epochs {}..={}",
         plan.first,
@@ -366,7 +397,7 @@ fn main() {
         plan.first + 1,
         plan.total
     );
-    let model = train(&dir, &plan, plan.total, Some(plan.first), tui);
+    let model = train(&dir, &plan, plan.total, Some(plan.first), tui, devices);
     let accuracy = accuracy(&model, sequences(plan.valid, 2));
     println!(
         "final validation accuracy: {:.1}% ({} sequences)",

@@ -54,6 +54,11 @@ pub use spec::{InputMode, RnnMode, RnnSpec};
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "ndarray", feature = "flex"))))]
 pub use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
+/// The process-wide cache of packed weights of the native CPU kernel (Note [Thread
+/// safety] on [`FusedRnn`]): its bound and how many networks it holds.
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "ndarray", feature = "flex"))))]
+pub use burn_fused_rnn_core::cpu::{packed_weights_cached, PACKED_WEIGHTS_CACHE_ENTRIES};
 
 /// Burn's Wgpu backend without fusion: the CubeCL kernels of [`cube`], on the GPU (or on
 /// the CPU through a Vulkan driver such as lavapipe), or the reference where they do not

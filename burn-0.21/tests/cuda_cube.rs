@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use burn::backend::cuda::CudaDevice;
 use burn::tensor::{DType, Tensor, TensorData};
-use burn_fused_rnn::testing::{assert_parity, Reference, Tolerance};
+use burn_fused_rnn::testing::{assert_parity_with, Reference, Tolerance};
 use burn_fused_rnn::{
     cube, cudnn, fused_rnn, DropoutSpec, FusedRnnBackend, FusedRnnConfig, RnnDescriptor, RnnMode,
 };
@@ -48,6 +48,13 @@ fn gpu(test: &str) -> Option<(MutexGuard<'static, ()>, Defaults)> {
 /// The whole parity suite with cuDNN switched off, in every dtype the CUDA backend
 /// supports (F32, F16, BF16; not F64, module docs of `cudnn`): every call runs the
 /// kernels, none runs cuDNN.
+///
+/// F32 checks at [`Tolerance::TF32`]: the kernels' input projections and weight gradients
+/// are Burn matmuls, and Burn's CUDA matmul (cubek-matmul) runs F32 operands as TF32 on
+/// every GPU with tensor cores, with no switch to turn it off. On an H200 the suite's F32
+/// tolerance failed every case by 2-5x (outputs about 1e-3 relative, TF32's rounding), and
+/// rtol 2e-3 / atol 2e-4 still failed 60 of 134 cases on weight gradients (up to 8.6e-4
+/// off 0.0187, RNN-relu): errors grow through the recurrence.
 fn parity<B: FusedRnnBackend<Device = CudaDevice>>(test: &str) {
     let Some(_gpu) = gpu(test) else { return };
     cudnn::set_enabled(false);
@@ -55,7 +62,11 @@ fn parity<B: FusedRnnBackend<Device = CudaDevice>>(test: &str) {
     let (kernels, cudnn_calls) = (cube::kernel_calls(), cudnn::cudnn_calls());
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         if B::supports_dtype(&device, dtype) {
-            assert_parity::<B>(&device, dtype, |_| true);
+            let tolerance = match dtype {
+                DType::F32 => Tolerance::TF32,
+                other => Tolerance::for_dtype(other),
+            };
+            assert_parity_with::<B>(&device, dtype, tolerance, |_| true);
         } else {
             eprintln!("{test}: {dtype:?} not supported by Burn's CUDA backend, not checked here");
         }
@@ -158,7 +169,8 @@ fn zero_lengths_run_the_kernels_with_cudnn_on() {
          still runs the reference"
     );
     let expected = run::<RA>(&desc, &Default::default(), &x_v, &w_v, &dy_v);
-    let tol = Tolerance::for_dtype(DType::F32);
+    // TF32 matmuls on the GPU (see `parity`).
+    let tol = Tolerance::TF32;
     for (k, (g, e)) in got.iter().zip(&expected).enumerate() {
         for (i, (a, b)) in g.iter().zip(e).enumerate() {
             assert!(

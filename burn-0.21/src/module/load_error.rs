@@ -71,6 +71,9 @@ pub enum FusedRnnLoadError {
         /// What is wrong, in words.
         problem: String,
     },
+    /// A record in burn-nn's layout, given to a drop-in layer
+    /// ([`crate::nn`]), does not fit the layer: the error names the tensor.
+    BurnNn(crate::interop::InteropError),
     /// The weights are not the ones whose digest the record carries (Note [Weights digest]
     /// on [`WeightsDigest`](crate::WeightsDigest)).
     DigestMismatch {
@@ -222,6 +225,7 @@ impl fmt::Display for FusedRnnLoadError {
                 }
                 Ok(())
             }
+            Self::BurnNn(e) => write!(f, "burn-nn's record does not fit the layer: {e}"),
             Self::BadTensor { name, problem } => {
                 write!(f, "the record's tensor {name} is damaged: {problem}")
             }

@@ -64,6 +64,29 @@ pub struct RnnCell<B: Backend> {
 /// [`FusedRnn::try_load_record`] or [`FusedRnn::try_load_file`] to get an error, rather than
 /// a wrong model, when a record does not fit the configuration, holds non-finite weights,
 /// or was damaged after saving (its [`WeightsDigest`]).
+///
+/// # Note [Thread safety]
+///
+/// `FusedRnn` and [`PreparedRnn`] are `Send + Sync` (when the backend's tensors are), and
+/// any number of threads may call `forward`, `forward_with_lengths`, training forwards and
+/// backwards, `prepare` and `step` at once, on one module, on clones of it, or on modules
+/// of their own. Each call's result is the one it would give alone, bit for bit (the
+/// native CPU kernel splits its work by the call's shape, never by how busy its thread
+/// pool is). Two process-wide pieces of state are shared, and both are safe to share:
+///
+/// - the module's memo of its flat weights (Note [Flat weights across calls]): behind a
+///   mutex, and only ever handed to a call whose parameters are the very buffers it was
+///   built from; a clone starts with a memo of its own;
+/// - the native kernel's cache of packed weights for one-step calls (Note [Packed weights
+///   across calls] in the kernel): behind a mutex, keyed by the weights' buffer, holding
+///   at most [`PACKED_WEIGHTS_CACHE_ENTRIES`](crate::PACKED_WEIGHTS_CACHE_ENTRIES)
+///   networks whatever the number of threads.
+///
+/// Settings that are process-wide by design (`cudnn::set_algorithm`, `cube::set_enabled`,
+/// `BURN_FUSED_RNN_SIMD`) apply to every thread; a thread's own SIMD level is
+/// [`with_simd_level`](crate::with_simd_level). `tests/concurrency.rs` runs six threads at
+/// once (two on clones of one module) at every SIMD level and checks every result against
+/// the same work run alone.
 // `Module` is implemented by hand in `record.rs`, as `#[derive(Module)]` would, except that
 // the record also carries the digest of the weights.
 #[derive(Debug)]
@@ -353,7 +376,12 @@ impl<B: Backend> FusedRnn<B> {
     /// If a parameter is missing, present where the layout has none, or of the wrong
     /// shape (possible only after an unchecked `load_record`), naming the tensor.
     pub fn flat_weights(&self) -> Tensor<B, 1> {
-        Tensor::cat(self.flat_parts(), 0)
+        let parts = self.flat_parts();
+        // Note [Parts outlive the concatenation].
+        let keep = parts.clone();
+        let flat = Tensor::cat(parts, 0);
+        drop(keep);
+        flat
     }
 
     /// [`FusedRnn::flat_weights`], kept from the last call while every parameter is the
@@ -414,6 +442,18 @@ impl<B: Backend> FusedRnn<B> {
     }
 
     /// Every canonical tensor as a 1-D tensor, in the layout's order.
+    ///
+    /// # Note [Parts outlive the concatenation]
+    ///
+    /// Under `Autodiff`, each matrix's reshape is a node whose only parent is a parameter,
+    /// so Burn 0.21 puts it in a graph of its own until the concatenation merges it into
+    /// the concatenation's graph. `Tensor::cat` drops its inputs before it registers its
+    /// node; in that window the reshape's graph holds one unreferenced node, and another
+    /// thread finishing a `backward` (which sweeps every graph for unreferenced roots,
+    /// `cleanup_orphaned_entries` in burn-autodiff) may delete it: that parameter then gets
+    /// no gradient, silently. It happens with Burn's ops alone (a reshape of a parameter,
+    /// a `cat`, six threads: a gradient lost within a few hundred rounds). So the parts are
+    /// kept alive until `cat` has returned; `tests/concurrency.rs` caught it.
     fn flat_parts(&self) -> Vec<Tensor<B, 1>> {
         let layout = self.layout();
         assert_eq!(

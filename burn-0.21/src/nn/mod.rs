@@ -47,15 +47,20 @@
 //!   (sigmoid gates, tanh candidates; tanh or relu for `Rnn`), and `reset_after = false`.
 //!   Use burn-nn's layer for those. `reverse` is supported (the sequence is flipped
 //!   around a forward run).
-//! - **Checkpoints.** A drop-in's record is the canonical [`FusedRnnRecord`](crate::FusedRnnRecord)
-//!   (PyTorch's names and orientation): a file saved from a drop-in loads into a
-//!   [`FusedRnn`] and back, and `try_load_file` / `try_load_record`
-//!   check it (shapes, finite weights, digest). A checkpoint saved from the burn-nn layer
-//!   loads in one call: `load_burn_nn_file(path, &recorder, &device)` (or
-//!   `load_burn_nn_record(record)`), checked against the drop-in's configuration. A
-//!   model-level checkpoint of a model that held burn-nn's layer has burn-nn's record
-//!   layout, not this one: load it into the burn-nn model once, then move each layer over
-//!   with `from_burn_nn` (or its record with `load_burn_nn_record`) and save again.
+//! - **Checkpoints.** A drop-in saves the canonical
+//!   [`FusedRnnRecord`](crate::FusedRnnRecord) (PyTorch's names and orientation): a file
+//!   saved from a drop-in loads into a [`FusedRnn`] and back. Its record type
+//!   ([`LstmRecord`], ...: a [`DropInRecord`]) also reads **burn-nn's layout**, so a
+//!   **whole model's checkpoint written while the model held burn-nn's layers loads after
+//!   the `use` swap** through the model's own `load_file` / `load_record`, with every
+//!   file recorder of Burn 0.21 at any precision (Note [Two layouts, one record] in
+//!   `nn::record`). The burn-nn record is checked against the drop-in's configuration
+//!   (sizes, bias, layers, finite weights); a mismatch panics naming the layer type, its
+//!   configuration and the tensor (Burn's `load_record` cannot return an error, and does
+//!   not know the field's path in the model). Saving again writes the canonical layout.
+//!   On one layer, `try_load_file` / `try_load_record` take either layout and return
+//!   errors instead, and `load_burn_nn_file(path, &recorder, &device)` /
+//!   `load_burn_nn_record(record)` read burn-nn's alone.
 //! - **Fields.** `d_hidden`, `batch_first` and `reverse` are public fields, as in burn-nn,
 //!   and `forward` reads `batch_first` and `reverse` from them. burn-nn's other fields
 //!   (`input_gate`, `forward`, ...) do not exist: the weights are the canonical tensors of
@@ -65,12 +70,14 @@
 mod dispatch;
 mod gru;
 mod lstm;
+mod record;
 mod rnn;
 
 pub use burn::nn::{LstmState, RnnState};
-pub use gru::{BiGru, BiGruConfig, Gru, GruConfig};
-pub use lstm::{BiLstm, BiLstmConfig, Lstm, LstmConfig};
-pub use rnn::{BiRnn, BiRnnConfig, Rnn, RnnConfig};
+pub use gru::{BiGru, BiGruConfig, BiGruRecord, Gru, GruConfig, GruRecord};
+pub use lstm::{BiLstm, BiLstmConfig, BiLstmRecord, Lstm, LstmConfig, LstmRecord};
+pub use record::{DropInRecord, DropInRecordItem};
+pub use rnn::{BiRnn, BiRnnConfig, BiRnnRecord, Rnn, RnnConfig, RnnRecord};
 
 use burn::nn::activation::ActivationConfig;
 use burn::tensor::backend::Backend;
@@ -368,7 +375,13 @@ macro_rules! drop_in_layer {
             }
         }
 
-        $crate::nn::drop_in_layer!(@module $name);
+        #[doc = concat!(
+            "The record of a [`", stringify!($name), "`]: its canonical weights, or a \
+            record of burn-nn's `", stringify!($burn_nn), "` read from a checkpoint written \
+            before the `use` swap (Note [Two layouts, one record] in `nn::record`).")]
+        pub type $record<B> = $crate::nn::DropInRecord<B, burn::nn::$record<B>>;
+
+        $crate::nn::drop_in_layer!(@module $name, $record);
     };
     (@from_burn_nn reversible, $layer:ident) => {{
         // Read (and so draw) the layer's parameters first: a clone of a parameter never
@@ -384,19 +397,45 @@ macro_rules! drop_in_layer {
     (@from_burn_nn forward_only, $layer:ident) => {
         Ok(Self::wrap($crate::FusedRnn::from_burn_nn($layer)?, false))
     };
-    (@module $name:ident) => {
+    (@module $name:ident, $record:ident) => {
         impl<B: burn::tensor::backend::Backend> burn::module::Module<B> for $name<B> {
-            type Record = crate::FusedRnnRecord<B>;
+            type Record = $record<B>;
 
+            /// Loads either layout (Note [Two layouts, one record]).
+            ///
+            /// # Panics
+            ///
+            /// When a record in burn-nn's layout does not fit this layer's configuration
+            /// (the message names the layer, its configuration and the tensor); use
+            /// `try_load_record` for an error instead.
             fn load_record(self, record: Self::Record) -> Self {
-                Self {
-                    fused: self.fused.load_record(record),
-                    ..self
+                match record {
+                    $crate::nn::DropInRecord::Canonical(record) => Self {
+                        fused: self.fused.load_record(record),
+                        ..self
+                    },
+                    $crate::nn::DropInRecord::BurnNn(record) => {
+                        let spec = self.fused.spec();
+                        let layer = format!(
+                            "{} (d_input {}, d_hidden {}, bias {}, num_layers {})",
+                            stringify!($name),
+                            spec.d_input,
+                            spec.d_hidden,
+                            spec.bias,
+                            spec.num_layers
+                        );
+                        self.load_burn_nn_record(record).unwrap_or_else(|e| {
+                            panic!(
+                                "cannot load burn-nn's {} record into the drop-in {layer}: {e}",
+                                stringify!($name)
+                            )
+                        })
+                    }
                 }
             }
 
             fn into_record(self) -> Self::Record {
-                self.fused.into_record()
+                $crate::nn::DropInRecord::Canonical(self.fused.into_record())
             }
 
             fn num_params(&self) -> usize {
@@ -521,29 +560,44 @@ macro_rules! drop_in_layer {
                 self.fused
             }
 
-            /// Loads a record after checking it against this layer's configuration (the
-            /// checks of [`FusedRnn::try_load_record`](crate::FusedRnn::try_load_record)).
+            /// Loads a record after checking it against this layer's configuration: a
+            /// canonical record (or a bare [`FusedRnnRecord`](crate::FusedRnnRecord), with
+            /// `.into()`) gets the checks of
+            /// [`FusedRnn::try_load_record`](crate::FusedRnn::try_load_record), a record in
+            /// burn-nn's layout those of `load_burn_nn_record`.
             ///
             /// # Errors
             ///
-            /// As [`FusedRnn::try_load_record`](crate::FusedRnn::try_load_record).
+            /// As [`FusedRnn::try_load_record`](crate::FusedRnn::try_load_record), and
+            /// [`FusedRnnLoadError::BurnNn`](crate::FusedRnnLoadError::BurnNn) naming the
+            /// tensor of a burn-nn record that does not fit.
             pub fn try_load_record(
                 self,
-                record: crate::FusedRnnRecord<B>,
+                record: impl Into<$crate::nn::DropInRecord<B, burn::nn::$record<B>>>,
             ) -> Result<Self, crate::FusedRnnLoadError> {
-                Ok(Self {
-                    fused: self.fused.try_load_record(record)?,
-                    ..self
-                })
+                match record.into() {
+                    $crate::nn::DropInRecord::Canonical(record) => Ok(Self {
+                        fused: self.fused.try_load_record(record)?,
+                        ..self
+                    }),
+                    $crate::nn::DropInRecord::BurnNn(record) => self
+                        .load_burn_nn_record(record)
+                        .map_err(crate::FusedRnnLoadError::BurnNn),
+                }
             }
 
             /// Loads a checkpoint saved from this type (or from a
             /// [`FusedRnn`](crate::FusedRnn) of the same configuration), checked as
-            /// [`FusedRnn::try_load_file`](crate::FusedRnn::try_load_file) checks it.
+            /// [`FusedRnn::try_load_file`](crate::FusedRnn::try_load_file) checks it; a file
+            /// that is not such a checkpoint but one saved from burn-nn's layer of the same
+            /// name loads as [`Self::load_burn_nn_file`] loads it.
             ///
             /// # Errors
             ///
-            /// As [`FusedRnn::try_load_file`](crate::FusedRnn::try_load_file).
+            /// As [`FusedRnn::try_load_file`](crate::FusedRnn::try_load_file) (the error of
+            /// the canonical reading when the file is neither layout), and
+            /// [`FusedRnnLoadError::BurnNn`](crate::FusedRnnLoadError::BurnNn) for a burn-nn
+            /// checkpoint that does not fit this layer.
             pub fn try_load_file<FR, PB>(
                 self,
                 path: PB,
@@ -554,10 +608,24 @@ macro_rules! drop_in_layer {
                 FR: burn::record::FileRecorder<B>,
                 PB: Into<std::path::PathBuf>,
             {
-                Ok(Self {
-                    fused: self.fused.try_load_file(path, recorder, device)?,
-                    ..self
-                })
+                let path = path.into();
+                match self.fused.clone().try_load_file(path.clone(), recorder, device) {
+                    Ok(fused) => Ok(Self { fused, ..self }),
+                    Err(error @ crate::FusedRnnLoadError::File { .. }) => {
+                        let file = burn::record::Recorder::<B>::load::<burn::nn::$record<B>>(
+                            recorder,
+                            path,
+                            device,
+                        );
+                        match file {
+                            Ok(record) => self
+                                .load_burn_nn_record(record)
+                                .map_err(crate::FusedRnnLoadError::BurnNn),
+                            Err(_) => Err(error),
+                        }
+                    }
+                    Err(error) => Err(error),
+                }
             }
 
             /// Loads a checkpoint file saved from burn-nn's layer of the same name

@@ -63,6 +63,16 @@ pub use backward::{Grads, OutputGrads};
 pub use forward::Outputs;
 pub use plan::reserve_len;
 
+/// Networks the process-wide cache of packed weights holds at most (Note [Packed weights
+/// across calls]: one-step calls reuse their packed weights from it).
+pub const PACKED_WEIGHTS_CACHE_ENTRIES: usize = prepared::ENTRIES;
+
+/// Networks the cache of packed weights holds now, at most
+/// [`PACKED_WEIGHTS_CACHE_ENTRIES`]: a diagnostic, for tests of that bound.
+pub fn packed_weights_cached() -> usize {
+    prepared::cached()
+}
+
 use crate::descriptor::RnnDescriptor;
 use plan::Plan;
 use schedule::in_pool;

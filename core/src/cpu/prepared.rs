@@ -109,8 +109,7 @@ pub(crate) fn packed_for_step<T: Lane, W: Clone + Send + Sync + 'static>(
     packed
 }
 
-/// Entries in the cache (tests).
-#[cfg(test)]
+/// Entries in the cache.
 pub(crate) fn cached() -> usize {
     CACHE.lock().map(|c| c.len()).unwrap_or(0)
 }
