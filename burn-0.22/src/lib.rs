@@ -1,0 +1,85 @@
+//! burn-fused-rnn for Burn 0.22: LSTM, GRU and plain RNN stacks (many layers, both
+//! directions, variable-length batches) run as ONE fused op, with canonical (PyTorch /
+//! cuDNN) weights. The repository's README says what this line has and what it does not
+//! have yet, beside the Burn 0.21 line.
+//!
+//! A model holding the layer where PyTorch's holds an `nn.LSTM` loads PyTorch's state_dict
+//! with burn-store (Note [Parameter names] on [`FusedRnn`]), runs it, and saves it:
+//!
+//! ```
+//! use burn::module::Module;
+//! use burn::nn::{Linear, LinearConfig};
+//! use burn::store::{ModuleSnapshot, PytorchStore};
+//! use burn::tensor::{Device, Distribution, Tensor};
+//! use burn_fused_rnn::{FusedRnn, FusedRnnConfig, RnnMode};
+//!
+//! // PyTorch: self.embed = nn.Linear(6, 3); self.rnn = nn.LSTM(3, 5, num_layers=2,
+//! // bidirectional=True, proj_size=3, batch_first=True) (tests/fixtures/interop of the 0.21 line).
+//! #[derive(Module, Debug)]
+//! struct Encoder {
+//!     embed: Linear,
+//!     rnn: FusedRnn,
+//! }
+//! #[derive(Module, Debug)]
+//! struct Model {
+//!     encoder: Encoder,
+//!     head: Linear,
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let device = Device::flex().autodiff();
+//! let mut model = Model {
+//!     encoder: Encoder {
+//!         embed: LinearConfig::new(6, 3).init(&device),
+//!         rnn: FusedRnnConfig::new(RnnMode::Lstm, 3, 5)
+//!             .with_num_layers(2)
+//!             .with_bidirectional(true)
+//!             .with_proj_size(Some(3))
+//!             .init(&device),
+//!     },
+//!     head: LinearConfig::new(6, 2).init(&device),
+//! };
+//! let file = concat!(
+//!     env!("CARGO_MANIFEST_DIR"),
+//!     "/../burn-0.21/tests/fixtures/interop/model_lstm_proj.pt"
+//! );
+//! let loaded = model.load_from(&mut PytorchStore::from_file(file))?;
+//! assert!(loaded.is_success(), "{loaded}");
+//!
+//! let x = Tensor::<3>::random([4, 7, 3], Distribution::Default, &device); // [batch, seq, 3]
+//! let (y, state) = model.encoder.rnn.forward(x, None);
+//! assert_eq!(y.dims(), [4, 7, 6]); // both directions, projection size 3
+//! assert_eq!(state.hidden.dims(), [4, 4, 3]); // [layers * directions, batch, 3]
+//!
+//! let path = std::env::temp_dir().join(format!("bfr-doc-{}.bpk", std::process::id()));
+//! model.clone().save_file(&path)?; // keys: encoder.rnn.weight_ih_l0, ...
+//! # std::fs::remove_file(&path)?;
+//! # Ok(())
+//! # }
+//! ```
+#![warn(missing_docs)]
+
+#[cfg(all(feature = "autodiff", any(feature = "ndarray", feature = "flex")))]
+pub mod autodiff;
+pub mod config;
+mod dropout;
+mod module;
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+mod native;
+pub mod ops;
+pub mod reference;
+
+// The Burn-free core (crate `burn-fused-rnn-core`), under the paths the 0.21 line uses.
+pub use burn_fused_rnn_core::{descriptor, layout, random, spec};
+
+pub use config::FusedRnnConfig;
+pub use descriptor::{DropoutSpec, RnnDescriptor};
+pub use layout::{params_size, ParamKind, RnnLayout};
+pub use module::{FusedRnn, RnnState};
+pub use ops::{fused_rnn, route_of, FusedRnnOutput, Route};
+pub use spec::{InputMode, RnnMode, RnnSpec};
+
+/// The SIMD level of the native CPU kernel (NdArray, Flex): detected, set for a process by
+/// `BURN_FUSED_RNN_SIMD`, or forced on a thread with [`with_simd_level`].
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+pub use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};

@@ -1,0 +1,369 @@
+//! The fused op on Burn tensors: checks shapes once, then routes the call to the native
+//! kernel or to the reference.
+//!
+//! # Note [Call routing]
+//!
+//! Burn 0.22's tensors carry their backend at run time (its dispatch backend), so the
+//! route is chosen per call, from the input's device:
+//!
+//! - NdArray or Flex: the native CPU kernel (module `native`), reading the tensors'
+//!   host memory in place;
+//! - NdArray or Flex under autodiff: the same kernel inside ONE backward node per call
+//!   ([`crate::autodiff`]), for either of Burn's gradient-checkpointing strategies;
+//! - any other device (Wgpu, the CubeCL CPU runtime, LibTorch, Remote, ...): the reference
+//!   ([`crate::reference`]), Burn tensor ops that Burn's autodiff traces op by op.
+//!
+//! The native route takes each tensor out of the dispatch layer as its backend's primitive
+//! (`Tensor::try_into_primitive`). Tensors of one call on autodiff and plain devices at
+//! once are first brought into one context (`one_context`); when a tensor still cannot be
+//! taken out (tensors of a call on two backends, or on two checkpointing strategies), the
+//! call runs the reference, which Burn's own ops resolve as they resolve any mixed
+//! operation.
+
+use burn::tensor::{DType, Tensor};
+
+use crate::descriptor::RnnDescriptor;
+use crate::reference;
+
+/// Result of [`fused_rnn`]: output sequence and final states.
+#[derive(Debug, Clone)]
+pub struct FusedRnnOutput {
+    /// `[B, T, D*P]` (batch-first) or `[T, B, D*P]`; zero past each sequence's length.
+    pub output: Tensor<3>,
+    /// Final hidden state `[L*D, B, P]`.
+    pub hidden: Tensor<3>,
+    /// Final cell state `[L*D, B, H]` (LSTM only).
+    pub cell: Option<Tensor<3>>,
+}
+
+/// Which implementation ran a call (see Note [Call routing]); [`route_of`] tells it in advance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The native CPU kernel (NdArray, Flex), one backward node per call under autodiff.
+    Native,
+    /// The reference implementation in Burn tensor ops.
+    Reference,
+}
+
+/// The route a call whose input lives on `input`'s device takes (Note [Call routing]), assuming
+/// every other tensor of the call lives on the same device.
+pub fn route_of(input: &Tensor<3>) -> Route {
+    use burn::backend::DispatchDevice;
+    let device = input.device();
+    let dispatch: &DispatchDevice = device.as_dispatch();
+    #[allow(unreachable_patterns)]
+    let inner: &DispatchDevice = match dispatch {
+        #[cfg(feature = "autodiff")]
+        DispatchDevice::Autodiff(inner) => inner,
+        other => other,
+    };
+    #[allow(unreachable_patterns)]
+    match inner {
+        #[cfg(feature = "ndarray")]
+        DispatchDevice::NdArray(_) => Route::Native,
+        #[cfg(feature = "flex")]
+        DispatchDevice::Flex(_) => Route::Native,
+        _ => Route::Reference,
+    }
+}
+
+/// Runs the fused RNN op: every layer and direction in one call.
+///
+/// Most users want [`FusedRnn`](crate::FusedRnn), which owns the weights; this is the
+/// functional form over a flat canonical weight vector (Note [RNN weight layout] in
+/// [`crate::layout`]).
+///
+/// # Arguments
+///
+/// - `desc`: the call's parameters.
+/// - `input`: `[batch_size, seq_length, d_input]` if `desc.batch_first`, else
+///   `[seq_length, batch_size, d_input]`.
+/// - `h0`: initial hidden state `[L*D, batch_size, P]`, zeros when `None`.
+/// - `c0`: initial cell state `[L*D, batch_size, H]` (LSTM only), zeros when `None`.
+/// - `weights`: flat canonical weights `[params_size]`.
+///
+/// # Training
+///
+/// A call trains (applies `desc.dropout` between layers, keeps what its backward needs)
+/// when one of its tensors is tracked by autodiff (it requires a gradient or was computed
+/// from one that does); otherwise it is an inference call.
+///
+/// # Dtypes
+///
+/// Every tensor must have the input's dtype, a float dtype the device supports. F16 and
+/// BF16 compute in F32 (Note [Half precision] in the core crate's `semantics`); outputs
+/// have the input's dtype.
+///
+/// # Panics
+///
+/// With "expected …, got …" naming the argument when a shape does not fit `desc`, when a
+/// dtype differs from the input's, or when the device does not support the input's dtype.
+pub fn fused_rnn(
+    desc: &RnnDescriptor,
+    input: Tensor<3>,
+    h0: Option<Tensor<3>>,
+    c0: Option<Tensor<3>>,
+    weights: Tensor<1>,
+) -> FusedRnnOutput {
+    desc.check_inputs(
+        &input.dims(),
+        h0.as_ref().map(|h| h.dims()).as_ref().map(|d| &d[..]),
+        c0.as_ref().map(|c| c.dims()).as_ref().map(|d| &d[..]),
+        &weights.dims(),
+    );
+    check_dtypes(
+        &input,
+        h0.as_ref().map(Tensor::dtype),
+        c0.as_ref().map(Tensor::dtype),
+        weights.dtype(),
+    );
+    let training = is_tracked(&input)
+        || h0.as_ref().is_some_and(is_tracked)
+        || c0.as_ref().is_some_and(is_tracked)
+        || is_tracked(&weights);
+    if route_of(&input) == Route::Native {
+        let (device, dtype) = (input.device(), input.dtype());
+        let h0 = h0.unwrap_or_else(|| Tensor::zeros(desc.hidden_shape(), (&device, dtype)));
+        let c0 = desc
+            .spec
+            .mode
+            .has_cell_state()
+            .then(|| c0.unwrap_or_else(|| Tensor::zeros(desc.cell_shape(), (&device, dtype))));
+        let parts = Parts {
+            x: input,
+            h0,
+            c0,
+            weights,
+        };
+        let (parts, rewrap) = one_context(parts, training);
+        match native_route(desc, Box::new(parts)) {
+            Ok(out) if rewrap => FusedRnnOutput {
+                output: out.output.autodiff(),
+                hidden: out.hidden.autodiff(),
+                cell: out.cell.map(Tensor::autodiff),
+            },
+            Ok(out) => out,
+            Err(parts) => run_reference(desc, *parts, training),
+        }
+    } else {
+        let (device, dtype) = (input.device(), input.dtype());
+        let h0 = h0.unwrap_or_else(|| Tensor::zeros(desc.hidden_shape(), (&device, dtype)));
+        run_reference(
+            desc,
+            Parts {
+                x: input,
+                h0,
+                c0,
+                weights,
+            },
+            training,
+        )
+    }
+}
+
+/// The tensors of one call, states present.
+#[derive(Clone)]
+struct Parts {
+    x: Tensor<3>,
+    h0: Tensor<3>,
+    c0: Option<Tensor<3>>,
+    weights: Tensor<1>,
+}
+
+/// The tensors of a call in one autodiff context (Note [Call routing]), so that a module made
+/// `valid()` still runs natively on inputs from an autodiff device, and a tracked call
+/// whose input came from a plain device still trains through the one node: a training call
+/// moves every tensor onto autodiff; an inference call whose tensors mix the two runs on
+/// plain tensors, and its outputs go back onto autodiff (`true`) when its input was.
+#[cfg(feature = "autodiff")]
+fn one_context(p: Parts, training: bool) -> (Parts, bool) {
+    let any = p.x.is_autodiff()
+        || p.h0.is_autodiff()
+        || p.c0.as_ref().is_some_and(Tensor::is_autodiff)
+        || p.weights.is_autodiff();
+    let all = p.x.is_autodiff()
+        && p.h0.is_autodiff()
+        && p.c0.as_ref().is_none_or(Tensor::is_autodiff)
+        && p.weights.is_autodiff();
+    if !any || all {
+        return (p, false);
+    }
+    if training {
+        let parts = Parts {
+            x: p.x.autodiff(),
+            h0: p.h0.autodiff(),
+            c0: p.c0.map(Tensor::autodiff),
+            weights: p.weights.autodiff(),
+        };
+        (parts, false)
+    } else {
+        let rewrap = p.x.is_autodiff();
+        let parts = Parts {
+            x: p.x.without_autodiff(),
+            h0: p.h0.without_autodiff(),
+            c0: p.c0.map(Tensor::without_autodiff),
+            weights: p.weights.without_autodiff(),
+        };
+        (parts, rewrap)
+    }
+}
+
+#[cfg(not(feature = "autodiff"))]
+fn one_context(p: Parts, _training: bool) -> (Parts, bool) {
+    (p, false)
+}
+
+fn run_reference(desc: &RnnDescriptor, p: Parts, training: bool) -> FusedRnnOutput {
+    let out = reference::forward(desc, p.x, Some(p.h0), p.c0, p.weights, training);
+    FusedRnnOutput {
+        output: out.y,
+        hidden: out.h_n,
+        cell: out.c_n,
+    }
+}
+
+#[cfg(feature = "autodiff")]
+fn is_tracked<const D: usize>(t: &Tensor<D>) -> bool {
+    t.is_tracked()
+}
+
+#[cfg(not(feature = "autodiff"))]
+fn is_tracked<const D: usize>(_: &Tensor<D>) -> bool {
+    false
+}
+
+/// The native route (Note [Call routing]); gives the tensors back when they do not all live on
+/// one native backend.
+fn native_route(desc: &RnnDescriptor, parts: Box<Parts>) -> Result<FusedRnnOutput, Box<Parts>> {
+    #[cfg(feature = "ndarray")]
+    #[allow(deprecated)] // Burn 0.22 deprecates NdArray in favour of Flex; both are served.
+    let parts = match native_on::<burn::backend::NdArray>(desc, parts) {
+        Ok(out) => return Ok(out),
+        Err(parts) => parts,
+    };
+    #[cfg(feature = "flex")]
+    let parts = match native_on::<burn::backend::Flex>(desc, parts) {
+        Ok(out) => return Ok(out),
+        Err(parts) => parts,
+    };
+    Err(parts)
+}
+
+/// Runs the call on backend `B` (plain, or under autodiff with either checkpointing
+/// strategy) when every tensor converts to it; else hands the tensors back untouched.
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+fn native_on<B>(desc: &RnnDescriptor, parts: Box<Parts>) -> Result<FusedRnnOutput, Box<Parts>>
+where
+    B: crate::native::NativeBackend,
+    burn::backend::DispatchTensor: burn::backend::DispatchKindConversion<B>,
+    burn::backend::DispatchTensor: AutodiffConversions<B>,
+{
+    if let Some(inputs) = convert::<B>(&parts) {
+        let (out, _) = crate::native::forward(desc, &inputs, false);
+        return Ok(wrap::<B>(out));
+    }
+    #[cfg(feature = "autodiff")]
+    {
+        use burn::backend::autodiff::checkpoint::strategy::{
+            BalancedCheckpointing, NoCheckpointing,
+        };
+        use burn::backend::Autodiff;
+        if let Some(inputs) = convert::<Autodiff<B, NoCheckpointing>>(&parts) {
+            return Ok(wrap(crate::autodiff::forward(desc, inputs)));
+        }
+        if let Some(inputs) = convert::<Autodiff<B, BalancedCheckpointing>>(&parts) {
+            return Ok(wrap(crate::autodiff::forward(desc, inputs)));
+        }
+    }
+    Err(parts)
+}
+
+/// The conversions of the dispatch layer to `Autodiff<B, C>` that [`native_on`] needs.
+#[cfg(feature = "autodiff")]
+pub(crate) trait AutodiffConversions<B: burn::backend::Backend>:
+    burn::backend::DispatchKindConversion<
+        burn::backend::Autodiff<B, burn::backend::autodiff::checkpoint::strategy::NoCheckpointing>,
+    > + burn::backend::DispatchKindConversion<
+        burn::backend::Autodiff<
+            B,
+            burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing,
+        >,
+    >
+{
+}
+
+#[cfg(feature = "autodiff")]
+impl<B: burn::backend::Backend, T> AutodiffConversions<B> for T where
+    T: burn::backend::DispatchKindConversion<
+            burn::backend::Autodiff<
+                B,
+                burn::backend::autodiff::checkpoint::strategy::NoCheckpointing,
+            >,
+        > + burn::backend::DispatchKindConversion<
+            burn::backend::Autodiff<
+                B,
+                burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing,
+            >,
+        >
+{
+}
+
+/// Without autodiff no conversion is needed.
+#[cfg(not(feature = "autodiff"))]
+pub(crate) trait AutodiffConversions<B> {}
+
+#[cfg(not(feature = "autodiff"))]
+impl<B, T> AutodiffConversions<B> for T {}
+
+/// Every tensor of `parts` as a primitive of backend `B`, or `None` when one is not.
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+fn convert<B>(parts: &Parts) -> Option<crate::native::Inputs<B>>
+where
+    B: burn::backend::Backend,
+    burn::backend::DispatchTensor: burn::backend::DispatchKindConversion<B>,
+{
+    Some(crate::native::Inputs {
+        x: parts.x.clone().try_into_primitive::<B>().ok()?,
+        h0: parts.h0.clone().try_into_primitive::<B>().ok()?,
+        c0: match &parts.c0 {
+            Some(c0) => Some(c0.clone().try_into_primitive::<B>().ok()?),
+            None => None,
+        },
+        weights: parts.weights.clone().try_into_primitive::<B>().ok()?,
+    })
+}
+
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+fn wrap<B>(out: crate::native::Outputs<B>) -> FusedRnnOutput
+where
+    B: burn::backend::Backend,
+    burn::backend::DispatchTensor: burn::backend::DispatchKindConversion<B>,
+{
+    FusedRnnOutput {
+        output: Tensor::from_primitive::<B>(out.y),
+        hidden: Tensor::from_primitive::<B>(out.h_n),
+        cell: out.c_n.map(Tensor::from_primitive::<B>),
+    }
+}
+
+/// The dtype rules of [`fused_rnn`].
+fn check_dtypes(input: &Tensor<3>, h0: Option<DType>, c0: Option<DType>, weights: DType) {
+    let dtype = input.dtype();
+    let device = input.device();
+    assert!(
+        dtype.is_float() && device.supports_dtype(dtype),
+        "expected input of a float dtype that {device:?} supports, got {dtype:?}",
+    );
+    for (name, got) in [
+        ("initial hidden state", h0),
+        ("initial cell state", c0),
+        ("weights", Some(weights)),
+    ] {
+        if let Some(got) = got {
+            assert!(
+                got == dtype,
+                "expected {name} of dtype {dtype:?} (the input's), got {got:?}"
+            );
+        }
+    }
+}

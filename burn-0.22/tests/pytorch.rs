@@ -1,0 +1,239 @@
+//! The fused op against PyTorch (float64 fixtures, shared with the 0.21 line): forward
+//! outputs and final states, and every gradient (dx, dh0, dc0, each weight) of a loss
+//! through them, for every fixture case (every mode, 1–3 layers, both directions,
+//! projection, no bias, skip input, batch-first, variable lengths with zeros). Through the
+//! module on NdArray and Flex (the native kernel, one backward node under autodiff), and
+//! through the reference called directly (Burn's autodiff tracing it).
+#![allow(deprecated)] // Burn 0.22 deprecates NdArray; the crate serves it.
+
+mod common;
+
+use burn::tensor::{DType, Device, Tensor};
+use burn_fused_rnn::{reference, route_of, RnnState, Route};
+use common::{array, at_every_simd_level, check, fixtures, report, tensor, On, Tol, F32, F64};
+
+fn forward_matches_pytorch(on: On, dtype: DType, label: &str, tol: Tol) {
+    let device = on.device();
+    let mut failures = Vec::new();
+    for case in &fixtures().cases {
+        let module = case.module(&device, dtype);
+        let x = array::<3>(&case.x, &device, dtype);
+        assert_eq!(route_of(&x), Route::Native, "{label}: route");
+        let state = case.h0.as_ref().map(|h0| {
+            RnnState::new(
+                array::<3>(h0, &device, dtype),
+                case.c0.as_ref().map(|c0| array::<3>(c0, &device, dtype)),
+            )
+        });
+        let (y, state) = match &case.lengths {
+            Some(lengths) => module.forward_with_lengths(x, lengths, state),
+            None => module.forward(x, state),
+        };
+        let ctx = format!("{label} / {}", case.name);
+        assert_eq!(y.dtype(), dtype, "{ctx}: output dtype");
+        failures.extend(check(&ctx, "output", y, &case.y.data, tol).err());
+        failures.extend(check(&ctx, "h_n", state.hidden, &case.h_n.data, tol).err());
+        match (state.cell, &case.c_n) {
+            (Some(c), Some(expected)) => {
+                failures.extend(check(&ctx, "c_n", c, &expected.data, tol).err())
+            }
+            (None, None) => {}
+            (got, _) => failures.push(format!(
+                "{ctx}: c_n presence: got {}, expected {}",
+                got.is_some(),
+                case.c_n.is_some()
+            )),
+        }
+    }
+    report(failures);
+}
+
+#[test]
+fn forward_matches_pytorch_ndarray_f64() {
+    at_every_simd_level("forward_matches_pytorch_ndarray_f64", |level| {
+        forward_matches_pytorch(
+            On::NdArray,
+            DType::F64,
+            &format!("ndarray f64 ({level:?})"),
+            F64,
+        )
+    });
+}
+
+#[test]
+fn forward_matches_pytorch_ndarray_f32() {
+    at_every_simd_level("forward_matches_pytorch_ndarray_f32", |level| {
+        forward_matches_pytorch(
+            On::NdArray,
+            DType::F32,
+            &format!("ndarray f32 ({level:?})"),
+            F32,
+        )
+    });
+}
+
+#[test]
+fn forward_matches_pytorch_flex() {
+    at_every_simd_level("forward_matches_pytorch_flex", |level| {
+        forward_matches_pytorch(On::Flex, DType::F32, &format!("flex f32 ({level:?})"), F32);
+        forward_matches_pytorch(On::Flex, DType::F64, &format!("flex f64 ({level:?})"), F64)
+    });
+}
+
+/// Which implementation a gradient test runs.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Path {
+    /// The module (the native kernel's backward node on NdArray and Flex).
+    Module,
+    /// `reference::fused_rnn`, traced op by op by Burn's autodiff.
+    Reference,
+}
+
+/// Every gradient of `loss = Σ y·gy + Σ h_n·gh_n (+ Σ c_n·gc_n)` (PyTorch's `gy`, ...),
+/// against PyTorch's.
+fn gradients_match_pytorch(device: Device, dtype: DType, path: Path, label: &str, tol: Tol) {
+    let mut failures = Vec::new();
+    for case in &fixtures().cases {
+        let module = case.module(&device, dtype);
+        let desc = case.descriptor();
+        let x = array::<3>(&case.x, &device, dtype).require_grad();
+        // Explicit initial states (zeros where the case has none), so that dh0 and dc0
+        // exist to compare.
+        let zeros = |shape: [usize; 3]| Tensor::<3>::zeros(shape, (&device, dtype));
+        let h0 = case
+            .h0
+            .as_ref()
+            .map_or_else(|| zeros(desc.hidden_shape()), |a| array(a, &device, dtype))
+            .require_grad();
+        let c0 = desc.spec.mode.has_cell_state().then(|| {
+            case.c0
+                .as_ref()
+                .map_or_else(|| zeros(desc.cell_shape()), |a| array(a, &device, dtype))
+                .require_grad()
+        });
+        let (y, h_n, c_n) = match path {
+            Path::Module => {
+                let state = RnnState::new(h0.clone(), c0.clone());
+                let (y, s) = match &case.lengths {
+                    Some(lengths) => module.forward_with_lengths(x.clone(), lengths, Some(state)),
+                    None => module.forward(x.clone(), Some(state)),
+                };
+                (y, s.hidden, s.cell)
+            }
+            Path::Reference => {
+                let out = reference::fused_rnn(
+                    &desc,
+                    x.clone(),
+                    Some(h0.clone()),
+                    c0.clone(),
+                    module.flat_weights(),
+                    true,
+                );
+                (out.output, out.hidden, out.cell)
+            }
+        };
+        let weigh = |t: Tensor<3>, g: &[f64]| {
+            let dims = t.dims();
+            (t * tensor::<3>(g, dims, &device, dtype)).sum()
+        };
+        let mut loss = weigh(y, &case.gy) + weigh(h_n, &case.gh_n);
+        if let (Some(c_n), Some(g)) = (c_n, &case.gc_n) {
+            loss = loss + weigh(c_n, g);
+        }
+        let grads = loss.backward();
+        let ctx = format!("{label} / {}", case.name);
+        let grad = |t: &Tensor<3>, name: &str| {
+            t.grad(&grads)
+                .unwrap_or_else(|| panic!("{ctx}: no gradient for {name}"))
+        };
+        failures.extend(check(&ctx, "dx", grad(&x, "x"), &case.dx, tol).err());
+        failures.extend(check(&ctx, "dh0", grad(&h0, "h0"), &case.dh0, tol).err());
+        if let (Some(c0), Some(expected)) = (&c0, &case.dc0) {
+            failures.extend(check(&ctx, "dc0", grad(c0, "c0"), expected, tol).err());
+        }
+        let dw = module
+            .flat_grad(&grads)
+            .unwrap_or_else(|| panic!("{ctx}: no gradient for the weights"));
+        failures.extend(check(&ctx, "dweights", dw, &case.flat_dweights(), tol).err());
+    }
+    report(failures);
+}
+
+#[test]
+fn gradients_match_pytorch_ndarray_f64() {
+    at_every_simd_level("gradients_match_pytorch_ndarray_f64", |level| {
+        gradients_match_pytorch(
+            Device::ndarray().autodiff(),
+            DType::F64,
+            Path::Module,
+            &format!("autodiff ndarray f64 ({level:?})"),
+            F64,
+        )
+    });
+}
+
+#[test]
+fn gradients_match_pytorch_flex_f32() {
+    at_every_simd_level("gradients_match_pytorch_flex_f32", |level| {
+        gradients_match_pytorch(
+            Device::flex().autodiff(),
+            DType::F32,
+            Path::Module,
+            &format!("autodiff flex f32 ({level:?})"),
+            F32,
+        )
+    });
+}
+
+#[test]
+fn reference_forward_and_gradients_match_pytorch() {
+    // The oracle itself: the reference on an F64 device, forward and traced backward.
+    let device = Device::flex().autodiff();
+    let mut failures = Vec::new();
+    for case in &fixtures().cases {
+        let desc = case.descriptor();
+        let module = case.module(&device, DType::F64);
+        let out = reference::fused_rnn(
+            &desc,
+            array::<3>(&case.x, &device, DType::F64),
+            case.h0.as_ref().map(|a| array(a, &device, DType::F64)),
+            case.c0.as_ref().map(|a| array(a, &device, DType::F64)),
+            module.flat_weights(),
+            false,
+        );
+        let ctx = format!("reference / {}", case.name);
+        failures.extend(check(&ctx, "output", out.output, &case.y.data, F64).err());
+        failures.extend(check(&ctx, "h_n", out.hidden, &case.h_n.data, F64).err());
+    }
+    report(failures);
+    gradients_match_pytorch(
+        Device::flex().autodiff(),
+        DType::F64,
+        Path::Reference,
+        "reference, autodiff flex f64",
+        F64,
+    );
+}
+
+#[test]
+fn fixtures_cover_every_feature() {
+    let cases = &fixtures().cases;
+    for mode in ["lstm", "gru", "rnn_tanh", "rnn_relu"] {
+        assert!(cases.iter().any(|c| c.mode == mode), "no {mode} case");
+    }
+    for layers in 1..=3 {
+        assert!(
+            cases.iter().any(|c| c.num_layers == layers),
+            "no {layers}-layer case"
+        );
+    }
+    assert!(cases.iter().any(|c| c.bidirectional));
+    assert!(cases.iter().any(|c| c.proj_size.is_some()));
+    assert!(cases.iter().any(|c| !c.bias));
+    assert!(cases.iter().any(|c| c.batch_first));
+    assert!(cases.iter().any(|c| c.skip_input));
+    assert!(cases.iter().any(|c| c.h0.is_some()));
+    assert!(cases
+        .iter()
+        .any(|c| c.lengths.as_ref().is_some_and(|l| l.contains(&0))));
+}
