@@ -66,6 +66,7 @@ mod dropout;
 mod module;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 mod native;
+pub mod nn;
 pub mod ops;
 pub mod reference;
 
