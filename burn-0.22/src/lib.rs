@@ -61,6 +61,7 @@
 
 #[cfg(all(feature = "autodiff", any(feature = "ndarray", feature = "flex")))]
 pub mod autodiff;
+pub mod checkpoint;
 pub mod config;
 mod dropout;
 mod module;

@@ -65,7 +65,9 @@ pub struct FusedRnn {
     dropout_calls: Arc<AtomicU64>,
 }
 
-const CONTAINER: &str = "Struct:FusedRnn";
+/// The container type under which a `FusedRnn` visits its parameters (Burn's module
+/// visitors see it; `checkpoint` finds the layers of a model by it).
+pub(crate) const CONTAINER: &str = "Struct:FusedRnn";
 
 impl Module for FusedRnn {
     fn visit<V: ModuleVisitor>(&self, visitor: &mut V) {

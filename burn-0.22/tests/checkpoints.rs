@@ -212,3 +212,112 @@ fn the_layer_alone_saves_pytorch_names_at_the_top() {
     let expected: Vec<String> = layout.entries().iter().map(|e| e.name()).collect();
     assert_eq!(names, expected);
 }
+
+/// The crate's checked save and load (Note [Checked checkpoints]): a round trip, Burn's own
+/// `load_file` reading the same file, and damaged files refused by name.
+mod checked {
+    use super::*;
+    use burn_fused_rnn::checkpoint::{self, CheckpointError, DIGEST_KEY};
+
+    fn saved(name: &str) -> (ModelLstmProj, PathBuf, Vec<u8>) {
+        let device = Device::flex();
+        let dir = std::env::temp_dir().join(format!("bfr22-checked-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("model.bpk");
+        let model = ModelLstmProj::new(&device);
+        checkpoint::save_file(&model, &path).expect("save");
+        // The bytes of `encoder.rnn.weight_hh_l0_reverse` as the file holds them.
+        let weight = model
+            .encoder
+            .rnn
+            .named_weights()
+            .into_iter()
+            .find(|(n, _)| n == "weight_hh_l0_reverse")
+            .unwrap()
+            .1
+            .into_data()
+            .into_bytes()
+            .to_vec();
+        (model, path, weight)
+    }
+
+    /// The file at `path` with the first copy of `needle` changed by `edit`.
+    fn damage(path: &PathBuf, needle: &[u8], edit: impl FnOnce(&mut [u8])) {
+        let mut bytes = std::fs::read(path).unwrap();
+        let at = bytes
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .expect("the weight's bytes are in the file");
+        edit(&mut bytes[at..at + needle.len()]);
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    #[test]
+    fn round_trip_and_burns_own_loader() {
+        let (model, path, _) = saved("ok");
+        let meta = burn::store::burn_pack::Reader::from_file(&path)
+            .unwrap()
+            .metadata()
+            .clone();
+        assert!(
+            meta.contains_key(&format!("{DIGEST_KEY}encoder.rnn")),
+            "{meta:?}"
+        );
+        let device = Device::flex();
+        let loaded = checkpoint::load_file(ModelLstmProj::new(&device), &path).expect("load");
+        let by_burn = ModelLstmProj::new(&device).load_file(&path);
+        let (y0, _) = run_lstm_proj(&model.encoder.rnn, &device);
+        for m in [loaded, by_burn] {
+            let (y, _) = run_lstm_proj(&m.encoder.rnn, &device);
+            y.into_data().assert_eq(&y0.clone().into_data(), true);
+        }
+    }
+
+    #[test]
+    fn a_flipped_byte_is_caught_by_the_digest() {
+        let (_, path, weight) = saved("flip");
+        damage(&path, &weight, |w| w[9] ^= 0x01);
+        let err = checkpoint::load_file(ModelLstmProj::new(&Device::flex()), &path).unwrap_err();
+        assert!(
+            matches!(&err, CheckpointError::DigestMismatch { path, .. } if path == "encoder.rnn"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_nan_weight_is_refused_by_name() {
+        let (_, path, weight) = saved("nan");
+        damage(&path, &weight, |w| {
+            w[8..12].copy_from_slice(&f32::NAN.to_le_bytes())
+        });
+        let err = checkpoint::load_file(ModelLstmProj::new(&Device::flex()), &path).unwrap_err();
+        match &err {
+            CheckpointError::NotFinite { key, index, .. } => {
+                assert_eq!(key, "encoder.rnn.weight_hh_l0_reverse");
+                assert_eq!(*index, 2);
+            }
+            other => panic!("expected NotFinite, got {other}"),
+        }
+    }
+
+    #[test]
+    fn a_model_that_does_not_fit_is_refused_by_key() {
+        let (_, path, _) = saved("shape");
+        let device = Device::flex();
+        let other = ModelLstmProj {
+            encoder: Encoder {
+                embed: LinearConfig::new(6, 3).init(&device),
+                rnn: FusedRnnConfig::new(RnnMode::Lstm, 3, 5)
+                    .with_num_layers(1)
+                    .with_bidirectional(true)
+                    .with_proj_size(Some(3))
+                    .init(&device),
+            },
+            head: LinearConfig::new(6, 2).init(&device),
+        };
+        let err = checkpoint::load_file(other, &path).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, CheckpointError::Mismatch { .. }), "{msg}");
+        assert!(msg.contains("encoder.rnn.weight_ih_l1"), "{msg}");
+    }
+}
