@@ -13,7 +13,7 @@ use burn::tensor::{Device, Tensor};
 use crate::config::FusedRnnConfig;
 use crate::descriptor::{DropoutSpec, RnnDescriptor};
 use crate::layout::{ParamEntry, RnnLayout};
-use crate::ops::fused_rnn;
+use crate::ops::{fused_rnn, is_tracked};
 use crate::spec::RnnSpec;
 
 /// One canonical tensor: a matrix (`weight_*`) or a vector (`bias_*`).
@@ -391,7 +391,7 @@ impl FusedRnn {
 
     /// The dropout of one call: training calls (Note [Dropout seeds]) advance the count.
     fn call_dropout(&self, input: &Tensor<3>, weights: &Tensor<1>) -> DropoutSpec {
-        if self.dropout.probability == 0.0 || !(tracked(input) || tracked(weights)) {
+        if self.dropout.probability == 0.0 || !(is_tracked(input) || is_tracked(weights)) {
             return self.dropout;
         }
         let call = self.dropout_calls.fetch_add(1, Ordering::Relaxed);
@@ -400,16 +400,6 @@ impl FusedRnn {
             seed: burn_fused_rnn_core::dropout::mix_seed(self.dropout.seed, call),
         }
     }
-}
-
-#[cfg(feature = "autodiff")]
-fn tracked<const D: usize>(t: &Tensor<D>) -> bool {
-    t.is_tracked()
-}
-
-#[cfg(not(feature = "autodiff"))]
-fn tracked<const D: usize>(_: &Tensor<D>) -> bool {
-    false
 }
 
 fn split_state(spec: &RnnSpec, state: Option<RnnState>) -> (Option<Tensor<3>>, Option<Tensor<3>>) {

@@ -26,6 +26,11 @@ pub(crate) trait NativeBackend: Backend {
     fn contiguous(t: &FloatTensor<Self>) -> FloatTensor<Self>;
     /// A tensor adopting `data`'s buffer.
     fn from_data(data: TensorData) -> FloatTensor<Self>;
+    /// The elements of `t` (F32) as an owned `Vec`, without a copy when `t` holds the only
+    /// handle to a contiguous buffer.
+    fn take_f32(t: FloatTensor<Self>) -> Vec<f32>;
+    /// As [`NativeBackend::take_f32`], for F64.
+    fn take_f64(t: FloatTensor<Self>) -> Vec<f64>;
 }
 
 /// The tensors of one call, as primitives of backend `B`: `h0` and (LSTM) `c0` present.
@@ -57,17 +62,24 @@ pub(crate) struct Grads<B: Backend> {
 /// An element type the kernel computes in.
 trait Host: kernel::Element + burn::backend::Element {
     fn borrow<B: NativeBackend>(t: &FloatTensor<B>) -> Option<&[Self]>;
+    fn take<B: NativeBackend>(t: FloatTensor<B>) -> Vec<Self>;
 }
 
 impl Host for f32 {
     fn borrow<B: NativeBackend>(t: &FloatTensor<B>) -> Option<&[Self]> {
         B::host_f32(t)
     }
+    fn take<B: NativeBackend>(t: FloatTensor<B>) -> Vec<Self> {
+        B::take_f32(t)
+    }
 }
 
 impl Host for f64 {
     fn borrow<B: NativeBackend>(t: &FloatTensor<B>) -> Option<&[Self]> {
         B::host_f64(t)
+    }
+    fn take<B: NativeBackend>(t: FloatTensor<B>) -> Vec<Self> {
+        B::take_f64(t)
     }
 }
 
@@ -203,9 +215,9 @@ fn backward_in<B: NativeBackend, T: Host>(
     let dy = dy.as_ref().map(read::<B, T>);
     let dh_n = dh_n.as_ref().map(read::<B, T>);
     let dc_n = dc_n.as_ref().map(read::<B, T>);
-    // The backward writes its gradients over the reserve: an owned copy unless the node
-    // held the only handle (the usual case: the node is consumed by its backward).
-    let mut reserve = read::<B, T>(&reserve).into_owned();
+    // The backward writes its gradients over the reserve, taken without a copy: the node
+    // held the only handle and is consumed by its backward.
+    let mut reserve = T::take::<B>(reserve);
     let host = kernel::HostInputs {
         x: &x,
         h0: Some(&h0),
@@ -233,6 +245,26 @@ mod ndarray_impl {
     #![allow(deprecated)] // Burn 0.22 deprecates NdArray in favour of Flex; both are served.
     use burn::backend::ndarray::{NdArray, NdArrayTensor};
     use burn::backend::{TensorData, TensorMetadata};
+
+    /// The elements of an NdArray storage in row-major order: its buffer itself when the
+    /// storage owns the only handle to a standard-layout array.
+    macro_rules! owned_vec {
+        ($storage:expr) => {{
+            let a = $storage.into_owned().into_owned();
+            if a.is_standard_layout() {
+                let len = a.len();
+                let (v, offset) = a.into_raw_vec_and_offset();
+                let start = offset.unwrap_or(0);
+                if start == 0 && v.len() == len {
+                    v
+                } else {
+                    v[start..start + len].to_vec()
+                }
+            } else {
+                a.iter().cloned().collect()
+            }
+        }};
+    }
 
     impl super::NativeBackend for NdArray {
         fn host_f32(t: &NdArrayTensor) -> Option<&[f32]> {
@@ -266,6 +298,20 @@ mod ndarray_impl {
         fn from_data(data: TensorData) -> NdArrayTensor {
             NdArrayTensor::from_data(data)
         }
+
+        fn take_f32(t: NdArrayTensor) -> Vec<f32> {
+            match t {
+                NdArrayTensor::F32(s) => owned_vec!(s),
+                other => panic!("expected an F32 tensor, got {:?}", other.dtype()),
+            }
+        }
+
+        fn take_f64(t: NdArrayTensor) -> Vec<f64> {
+            match t {
+                NdArrayTensor::F64(s) => owned_vec!(s),
+                other => panic!("expected an F64 tensor, got {:?}", other.dtype()),
+            }
+        }
     }
 }
 
@@ -289,6 +335,14 @@ mod flex_impl {
 
         fn from_data(data: TensorData) -> FlexTensor {
             FlexTensor::from_data(data)
+        }
+
+        fn take_f32(t: FlexTensor) -> Vec<f32> {
+            t.into_data().try_into_vec::<f32>().expect("an F32 tensor")
+        }
+
+        fn take_f64(t: FlexTensor) -> Vec<f64> {
+            t.into_data().try_into_vec::<f64>().expect("an F64 tensor")
         }
     }
 }

@@ -105,12 +105,7 @@ pub fn fused_rnn(
     c0: Option<Tensor<3>>,
     weights: Tensor<1>,
 ) -> FusedRnnOutput {
-    desc.check_inputs(
-        &input.dims(),
-        h0.as_ref().map(|h| h.dims()).as_ref().map(|d| &d[..]),
-        c0.as_ref().map(|c| c.dims()).as_ref().map(|d| &d[..]),
-        &weights.dims(),
-    );
+    check_shapes(desc, &input, h0.as_ref(), c0.as_ref(), &weights);
     check_dtypes(
         &input,
         h0.as_ref().map(Tensor::dtype),
@@ -222,13 +217,14 @@ fn run_reference(desc: &RnnDescriptor, p: Parts, training: bool) -> FusedRnnOutp
     }
 }
 
+/// Whether `t` is tracked by autodiff (a training call's tensor, Note [Call routing]).
 #[cfg(feature = "autodiff")]
-fn is_tracked<const D: usize>(t: &Tensor<D>) -> bool {
+pub(crate) fn is_tracked<const D: usize>(t: &Tensor<D>) -> bool {
     t.is_tracked()
 }
 
 #[cfg(not(feature = "autodiff"))]
-fn is_tracked<const D: usize>(_: &Tensor<D>) -> bool {
+pub(crate) fn is_tracked<const D: usize>(_: &Tensor<D>) -> bool {
     false
 }
 
@@ -344,6 +340,22 @@ where
         hidden: Tensor::from_primitive::<B>(out.h_n),
         cell: out.c_n.map(Tensor::from_primitive::<B>),
     }
+}
+
+/// The shape rules of [`fused_rnn`] (the descriptor's, "expected …, got …").
+pub(crate) fn check_shapes(
+    desc: &RnnDescriptor,
+    input: &Tensor<3>,
+    h0: Option<&Tensor<3>>,
+    c0: Option<&Tensor<3>>,
+    weights: &Tensor<1>,
+) {
+    desc.check_inputs(
+        &input.dims(),
+        h0.map(|h| h.dims()).as_ref().map(|d| &d[..]),
+        c0.map(|c| c.dims()).as_ref().map(|d| &d[..]),
+        &weights.dims(),
+    );
 }
 
 /// The dtype rules of [`fused_rnn`].

@@ -71,12 +71,7 @@ pub fn fused_rnn(
     weights: Tensor<1>,
     training: bool,
 ) -> crate::FusedRnnOutput {
-    desc.check_inputs(
-        &input.dims(),
-        h0.as_ref().map(|h| h.dims()).as_ref().map(|d| &d[..]),
-        c0.as_ref().map(|c| c.dims()).as_ref().map(|d| &d[..]),
-        &weights.dims(),
-    );
+    crate::ops::check_shapes(desc, &input, h0.as_ref(), c0.as_ref(), &weights);
     let out = forward(desc, input, h0, c0, weights, training);
     crate::FusedRnnOutput {
         output: out.y,
