@@ -206,7 +206,6 @@ pub struct Lstm {
     pub hidden_activation: Activation,
 }
 
-#[allow(clippy::too_many_arguments)]
 fn check_lstm(
     config: &str,
     clip: Option<f64>,
