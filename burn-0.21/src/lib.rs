@@ -48,6 +48,11 @@ pub use op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 pub use ops::{fused_rnn, reserve_bytes, FusedRnnOutput};
 pub use spec::{InputMode, RnnMode, RnnSpec};
 
+/// Where the native CPU kernel computes the input projection: fused into each step, or
+/// ahead for a block of steps (chosen per call from the rows per thread and the SIMD
+/// level; forced on a thread with [`with_input_projection`], or for a process with
+/// `BURN_FUSED_RNN_PROJECTION=fused|ahead`).
+pub use burn_fused_rnn_core::cpu::projection::{with_input_projection, InputProjection};
 /// The SIMD level of the native CPU kernel (NdArray, Flex): detected, set for a process by
 /// `BURN_FUSED_RNN_SIMD`, or forced on a thread with [`with_simd_level`] (Note [SIMD
 /// levels] in the kernel's `simd` module).

@@ -81,6 +81,11 @@ pub use module::{FusedRnn, RnnState};
 pub use ops::{fused_rnn, route_of, FusedRnnOutput, Route};
 pub use spec::{InputMode, RnnMode, RnnSpec};
 
+/// Where the native CPU kernel computes the input projection: fused into each step, or
+/// ahead for a block of steps (chosen per call from the rows per thread and the SIMD
+/// level; forced on a thread with [`with_input_projection`], or for a process with
+/// `BURN_FUSED_RNN_PROJECTION=fused|ahead`).
+pub use burn_fused_rnn_core::cpu::projection::{with_input_projection, InputProjection};
 /// The SIMD level of the native CPU kernel (NdArray, Flex): detected, set for a process by
 /// `BURN_FUSED_RNN_SIMD`, or forced on a thread with [`with_simd_level`].
 #[cfg(any(feature = "ndarray", feature = "flex"))]

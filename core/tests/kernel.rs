@@ -4,6 +4,7 @@
 //! this CPU has, in `f64` and `f32`; and the backward against central finite differences
 //! of that implementation.
 
+use burn_fused_rnn_core::cpu::projection::{with_input_projection, InputProjection};
 use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
 use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
 use burn_fused_rnn_core::random::SplitMix64;
@@ -15,10 +16,14 @@ fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
     (0..n).map(|_| rng.next_symmetric(scale)).collect()
 }
 
-/// Runs `f` at every SIMD level this CPU has (forced on this thread).
+/// Runs `f` at every SIMD level this CPU has, each with the input projection fused and
+/// ahead (Note [Input projection]), all forced on this thread, so that a level or a path
+/// the machine would not pick by itself is still checked.
 fn with_levels(f: impl Fn(SimdLevel)) {
     for level in SimdLevel::available() {
-        with_simd_level(level, || f(level));
+        for projection in InputProjection::ALL {
+            with_simd_level(level, || with_input_projection(projection, || f(level)));
+        }
     }
 }
 
@@ -254,38 +259,94 @@ fn assert_close(what: &str, got: impl IntoIterator<Item = f64>, expected: &[f64]
 #[test]
 fn forward_matches_the_plain_implementation_at_every_simd_level() {
     for desc in cases() {
-        let d = data(&desc);
-        let expected = plain(&desc, &d.x, &d.h0, &d.c0, &d.w);
-        let d64 = convert(&d, |v| v);
-        let d32 = convert(&d, |v| v as f32);
-        with_levels(|level: SimdLevel| {
-            for training in [false, true] {
-                let what = format!("{:?} {:?} training {training}", desc.spec, level);
-                let (out, reserve) =
-                    cpu::forward(&desc, &inputs(&desc, &d64), None::<&()>, training, false);
-                assert_eq!(reserve.is_some(), training);
-                assert_close(&format!("{what} f64 y"), out.y, &expected.y, 1e-12);
-                assert_close(&format!("{what} f64 h_n"), out.h_n, &expected.h_n, 1e-12);
+        check_forward(&desc);
+    }
+}
+
+/// Batches big enough to split over threads (Note [Fused step]: each thread scans some
+/// sequences whole), in a pool of 3 threads whatever the machine has, with an odd batch
+/// (parts of unequal size) and padding; and the training reserve that the split forward
+/// keeps equals the one of a single thread, so the backward reads the same gates.
+#[test]
+fn forward_split_over_threads_matches_the_plain_implementation() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .expect("a pool of 3 threads");
+    let single = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a pool of 1 thread");
+    for mode in [RnnMode::Lstm, RnnMode::Gru, RnnMode::RnnTanh] {
+        for (batch_first, proj) in [(false, None), (true, Some(7))] {
+            if proj.is_some() && mode != RnnMode::Lstm {
+                continue;
+            }
+            let spec = RnnSpec {
+                num_layers: 2,
+                proj_size: proj,
+                ..RnnSpec::new(mode, 24, 32)
+            };
+            let lengths = vec![12, 3, 0, 12, 7, 12, 1, 12, 9];
+            let desc =
+                RnnDescriptor::new(spec, 12, 9, batch_first, Some(lengths), DropoutSpec::NONE);
+            pool.install(|| check_forward(&desc));
+            let d = data(&desc);
+            let d64 = convert(&d, |v| v);
+            with_levels(|level: SimdLevel| {
+                let reserve = |pool: &rayon::ThreadPool| {
+                    pool.install(|| {
+                        cpu::forward(&desc, &inputs(&desc, &d64), None::<&()>, true, false).1
+                    })
+                    .expect("a training forward keeps a reserve")
+                };
+                let len = cpu::reserve_len(&desc, false);
+                let one = reserve(&single);
                 assert_close(
-                    &format!("{what} f64 c_n"),
-                    out.c_n.unwrap_or_default(),
-                    &expected.c_n,
+                    &format!("{:?} {level:?} reserve, 3 threads vs 1", desc.spec),
+                    reserve(&pool)[..len].to_vec(),
+                    &one[..len],
                     1e-12,
                 );
-                let (out, _) =
-                    cpu::forward(&desc, &inputs(&desc, &d32), None::<&()>, training, false);
-                let up = |v: Vec<f32>| v.into_iter().map(f64::from).collect::<Vec<_>>();
-                assert_close(&format!("{what} f32 y"), up(out.y), &expected.y, 2e-5);
-                assert_close(&format!("{what} f32 h_n"), up(out.h_n), &expected.h_n, 2e-5);
-                assert_close(
-                    &format!("{what} f32 c_n"),
-                    up(out.c_n.unwrap_or_default()),
-                    &expected.c_n,
-                    2e-5,
-                );
-            }
-        });
+            });
+        }
     }
+}
+
+/// The forward of `desc` (inference and training) against the plain implementation at
+/// every SIMD level and input projection, f64 and f32.
+fn check_forward(desc: &RnnDescriptor) {
+    let desc = desc.clone();
+    let d = data(&desc);
+    let expected = plain(&desc, &d.x, &d.h0, &d.c0, &d.w);
+    let d64 = convert(&d, |v| v);
+    let d32 = convert(&d, |v| v as f32);
+    with_levels(|level: SimdLevel| {
+        for training in [false, true] {
+            let what = format!("{:?} {:?} training {training}", desc.spec, level);
+            let (out, reserve) =
+                cpu::forward(&desc, &inputs(&desc, &d64), None::<&()>, training, false);
+            assert_eq!(reserve.is_some(), training);
+            assert_close(&format!("{what} f64 y"), out.y, &expected.y, 1e-12);
+            assert_close(&format!("{what} f64 h_n"), out.h_n, &expected.h_n, 1e-12);
+            assert_close(
+                &format!("{what} f64 c_n"),
+                out.c_n.unwrap_or_default(),
+                &expected.c_n,
+                1e-12,
+            );
+            let (out, _) = cpu::forward(&desc, &inputs(&desc, &d32), None::<&()>, training, false);
+            let up = |v: Vec<f32>| v.into_iter().map(f64::from).collect::<Vec<_>>();
+            assert_close(&format!("{what} f32 y"), up(out.y), &expected.y, 2e-5);
+            assert_close(&format!("{what} f32 h_n"), up(out.h_n), &expected.h_n, 2e-5);
+            assert_close(
+                &format!("{what} f32 c_n"),
+                up(out.c_n.unwrap_or_default()),
+                &expected.c_n,
+                2e-5,
+            );
+        }
+    });
 }
 
 /// `L = Σ y·gy + Σ h_n·gh + Σ c_n·gc` of the plain implementation.

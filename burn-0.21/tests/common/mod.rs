@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Element, Tensor, TensorData};
-use burn_fused_rnn::{with_simd_level, SimdLevel};
+use burn_fused_rnn::{with_input_projection, with_simd_level, InputProjection, SimdLevel};
 use burn_fused_rnn::{
     DropoutSpec, FusedRnn, FusedRnnBackend, FusedRnnConfig, InputMode, RnnDescriptor, RnnInputs,
     RnnLayout, RnnMode,
@@ -57,14 +57,17 @@ pub struct Fixtures {
     pub cases: Vec<Case>,
 }
 
-/// Runs `f` once at every SIMD level of the native CPU kernel (Note [SIMD levels]), each
+/// Runs `f` at every SIMD level of the native CPU kernel, with each input projection, (Note [SIMD levels]), each
 /// forced on this thread, so that a level the machine would not pick by itself (AVX2 and
 /// the portable fallback on an AVX-512 machine) is tested too. A level the CPU lacks is
 /// skipped with a message naming the test.
 pub fn at_every_simd_level(test: &str, mut f: impl FnMut(SimdLevel)) {
     for level in SimdLevel::ALL {
         if level.is_available() {
-            with_simd_level(level, || f(level));
+            // Both input projections (Note [Input projection] in the core's `cpu::projection`).
+            for projection in InputProjection::ALL {
+                with_simd_level(level, || with_input_projection(projection, || f(level)));
+            }
         } else {
             println!(
                 "SKIPPED {test} at SIMD level {}: this CPU lacks it",

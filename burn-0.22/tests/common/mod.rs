@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use burn_fused_rnn::{
-    with_simd_level, DropoutSpec, FusedRnn, FusedRnnConfig, InputMode, RnnDescriptor, RnnLayout,
-    RnnMode, SimdLevel,
+    with_input_projection, with_simd_level, DropoutSpec, FusedRnn, FusedRnnConfig, InputMode,
+    InputProjection, RnnDescriptor, RnnLayout, RnnMode, SimdLevel,
 };
 use serde::Deserialize;
 
@@ -73,13 +73,16 @@ impl On {
     }
 }
 
-/// Runs `f` once at every SIMD level of the native CPU kernel, each forced on this thread,
+/// Runs `f` at every SIMD level of the native CPU kernel, with each input projection,, each forced on this thread,
 /// so that a level the machine would not pick by itself (AVX2 and the portable fallback on
 /// an AVX-512 machine) is tested too. A level the CPU lacks is skipped with a message.
 pub fn at_every_simd_level(test: &str, mut f: impl FnMut(SimdLevel)) {
     for level in SimdLevel::ALL {
         if level.is_available() {
-            with_simd_level(level, || f(level));
+            // Both input projections (Note [Input projection] in the core's `cpu::projection`).
+            for projection in InputProjection::ALL {
+                with_simd_level(level, || with_input_projection(projection, || f(level)));
+            }
         } else {
             println!(
                 "SKIPPED {test} at SIMD level {}: this CPU lacks it",

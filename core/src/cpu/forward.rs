@@ -10,12 +10,19 @@
 //! new `h`, the output row, and when training the reserve's gate row. Nothing of size
 //! `[T·B, G·H]` exists: the input is projected step by step inside the same product, so
 //! inference keeps no buffer that grows with `T`, and a training forward writes only what
-//! the reserve keeps.
+//! the reserve keeps. With one or two rows per thread the input is projected ahead instead,
+//! a block of steps per GEMM, and the pass runs over `h_{t-1}` alone (Note [Input
+//! projection] in `super::projection`).
 //!
-//! - **Threads**: a step's rows split into one contiguous chunk per thread when the batch
-//!   has at least 4 rows and the step at least 2^17 multiply-adds; each thread runs the
-//!   product and the cell update of its rows, so the only synchronisation is the end of
-//!   the step. The two directions of a layer run concurrently, each with half the threads.
+//! - **Threads**: every sequence's recurrence is its own, so the batch splits into one
+//!   contiguous part per thread and each thread runs the WHOLE scan of its part (every
+//!   step, product and cell update) with no synchronisation until the layer ends
+//!   (`schedule::scan_threads`: at least 2 sequences and 2^17 multiply-adds in the scan).
+//!   An earlier version split each step's rows and joined the threads at the end of every
+//!   step; measured on 2 cores, the two kernels are within noise at B = 32 (the step's
+//!   join was not the bottleneck there), but the split per scan costs one join per layer
+//!   instead of one per step. The two directions of a layer run concurrently, each with
+//!   half the threads. A batch of one runs on one thread.
 //! - **Padding**: a row past its sequence's length holds its state and writes a zero
 //!   output (Note [Padding never leaks] in [`crate::op_types`]); its product is computed
 //!   with its tile and ignored.
@@ -28,9 +35,10 @@ use rayon::prelude::*;
 use super::cell;
 use super::float::Float;
 use super::gemm::{gemm, Mat, MatMut};
-use super::packed::{Lane, Packed, SLOTS};
-use super::plan::{dropped, state_of, step_rows, CellWeights, Inputs, Plan, ReserveLayout};
-use super::schedule::{direction_threads, gemm_threads, per_direction, step_threads};
+use super::packed::{tile_rows, Lane, Packed, SLOTS};
+use super::plan::{dropped, state_of, CellWeights, Inputs, Plan, ReserveLayout};
+use super::projection::{self, CacheSizes, InputProjection};
+use super::schedule::{direction_threads, gemm_threads, per_direction, scan_threads};
 use super::simd::dispatch;
 use crate::reserve::ReserveTag;
 use crate::spec::RnnMode;
@@ -87,6 +95,9 @@ struct StepRow<'a, T> {
     valid: bool,
     /// The step's input row (`in` wide).
     x: &'a [T],
+    /// With the input projected ahead: the row's `x_t · W_ih^T` plus the folded biases
+    /// (`G·H`), which the cell adds in place of the biases (Note [Input projection]).
+    xw: Option<&'a [T]>,
     /// When training, the reserve's gate row.
     gate: Option<&'a mut [T]>,
     prev: &'a [T],
@@ -111,20 +122,74 @@ struct Direction<'a, T> {
     packed: Option<&'a Packed<T>>,
 }
 
-/// What a scan carries from step to step, and its per-step scratch.
+/// What a scan of some rows of the batch carries from step to step, and its per-step
+/// scratch.
 struct Scan<'a, T> {
-    /// The state entering the step, `[B, P]`, and the one leaving it.
+    /// The state entering the step, `[nb, P]`, and the one leaving it.
     state: Vec<T>,
     next: Vec<T>,
-    /// The cell state `[B, H]` (LSTM), updated in place.
+    /// The cell state `[nb, H]` (LSTM), updated in place.
     cell: Option<Vec<T>>,
-    /// Projection: `o ∘ tanh(c')` `[B, H]` and its projection `[B, P]`.
+    /// Projection: `o ∘ tanh(c')` `[nb, H]` and its projection `[nb, P]`.
     m: Vec<T>,
     projected: Vec<T>,
-    /// The direction's output rows.
-    out: OutRows<'a, T>,
-    /// Per thread of a step: its rows laid out for the microkernel (`Packed::lay_out_rows`).
-    lhs: Vec<Vec<T>>,
+    /// The part's output rows, step-major: `out[t·nb + j]` is row `b0 + j` at step `t`.
+    out: Vec<&'a mut [T]>,
+    /// The step's rows laid out for the microkernel (`Packed::lay_out_rows`).
+    lhs: Vec<T>,
+}
+
+/// Some consecutive rows of the batch, `b0..b0 + nb`, whose whole scan runs on one thread
+/// (Note [Fused step]): their output rows and, when training, their gate rows, step-major.
+struct Part<'a, T> {
+    b0: usize,
+    nb: usize,
+    out: Vec<&'a mut [T]>,
+    gates: Vec<&'a mut [T]>,
+}
+
+/// What every part of a direction shares.
+struct Shared<'a, T> {
+    /// Folded biases and GRU's `b_hn` (`biases`).
+    bias: &'a [T],
+    b_hn: &'a [T],
+    packed: &'a Packed<T>,
+    /// Whether the input is projected ahead (Note [Input projection]).
+    ahead: bool,
+    cache: CacheSizes,
+    /// Threads of each part's GEMMs.
+    gemm_threads: usize,
+}
+
+/// The projected input rows of a block of steps (Note [Input projection]), reused from
+/// block to block.
+struct Projected<T> {
+    /// `[steps·nb, G·H]`: row `(t - first)·nb + j`.
+    rows: Vec<T>,
+    /// The block's first (smallest) step.
+    first: usize,
+    gh: usize,
+    /// The block's input rows gathered in the order of `rows`, where they are not already.
+    gathered: Vec<T>,
+}
+
+impl<T> Default for Projected<T> {
+    fn default() -> Self {
+        Self {
+            rows: Vec::new(),
+            first: 0,
+            gh: 0,
+            gathered: Vec::new(),
+        }
+    }
+}
+
+impl<T> Projected<T> {
+    /// Row `j` of the part at step `t` (of the current block).
+    fn row(&self, t: usize, j: usize, nb: usize) -> &[T] {
+        let r = (t - self.first) * nb + j;
+        &self.rows[r * self.gh..(r + 1) * self.gh]
+    }
 }
 
 impl<T: Lane> Direction<'_, T> {
@@ -137,73 +202,206 @@ impl<T: Lane> Direction<'_, T> {
         out: OutRows<'_, T>,
     ) -> (Vec<T>, Option<Vec<T>>) {
         let plan = self.plan;
-        let (batch, h, p) = (plan.b, plan.h, plan.p);
-        let proj = self.w.w_hr.is_some();
-        let mut scan = Scan {
-            state: self
-                .h0
-                .map_or_else(|| vec![T::ZERO; batch * p], <[T]>::to_vec),
-            next: vec![T::ZERO; batch * p],
-            cell: (plan.spec.mode == RnnMode::Lstm).then(|| {
-                self.c0
-                    .map_or_else(|| vec![T::ZERO; batch * h], <[T]>::to_vec)
-            }),
-            m: vec![T::ZERO; if proj { batch * h } else { 0 }],
-            projected: vec![T::ZERO; if proj { batch * p } else { 0 }],
-            out,
-            lhs: (0..self.threads.max(1)).map(|_| Vec::new()).collect(),
-        };
+        let (batch, h, p, gh) = (plan.b, plan.h, plan.p, plan.gh());
         let (bias, b_hn) = biases(plan, &self.w);
+        let parts = scan_threads(self.threads, batch, plan.t * gh * (p + self.in_size));
+        let chunk = batch.div_ceil(parts).max(1);
+        let projection = projection::choose(
+            plan.projection,
+            self.packed.is_some() || self.w.w_ih.is_none(),
+            [plan.t, chunk, tile_rows(plan.level)],
+        );
+        let ahead = projection == InputProjection::Ahead;
         let owned;
         let packed = match self.packed {
             Some(packed) => packed,
             None => {
-                owned = Packed::gates(
-                    plan.level,
-                    self.w.w_ih.map(|w| (w, self.in_size)),
-                    self.w.w_hh,
-                    plan.g,
-                    h,
-                    p,
-                );
+                let w_ih = match ahead {
+                    true => None,
+                    false => self.w.w_ih.map(|w| (w, self.in_size)),
+                };
+                owned = Packed::gates(plan.level, w_ih, self.w.w_hh, plan.g, h, p);
                 &owned
             }
         };
-        let width = plan.gate_width();
-        let mut rows: Vec<&mut [T]> = if TRAIN {
-            gates.chunks_mut(width).collect()
-        } else {
-            Vec::new()
+        let mut out: Vec<Option<&mut [T]>> = out.into_iter().map(Some).collect();
+        let mut gate_rows: Vec<Option<&mut [T]>> = match TRAIN {
+            true => gates.chunks_mut(plan.gate_width()).map(Some).collect(),
+            false => Vec::new(),
         };
-        for t in plan.scan(self.d) {
-            let gate_rows = if TRAIN {
-                step_rows(plan, &mut rows, t)
-                    .into_iter()
-                    .map(|r| Some(&mut **r))
-                    .collect()
-            } else {
-                Vec::new()
+        let mut jobs = Vec::with_capacity(parts);
+        for b0 in (0..batch).step_by(chunk) {
+            let nb = chunk.min(batch - b0);
+            let mut part = Part {
+                b0,
+                nb,
+                out: Vec::with_capacity(plan.t * nb),
+                gates: Vec::new(),
             };
-            self.step::<TRAIN>(&mut scan, t, gate_rows, &bias, &b_hn, packed);
+            for t in 0..plan.t {
+                for b in b0..b0 + nb {
+                    let row = plan.row(t, b);
+                    part.out
+                        .push(out[row].take().expect("each row in one part"));
+                    if TRAIN {
+                        part.gates
+                            .push(gate_rows[row].take().expect("each row in one part"));
+                    }
+                }
+            }
+            jobs.push(part);
+        }
+        let shared = Shared {
+            bias: &bias,
+            b_hn: &b_hn,
+            packed,
+            ahead,
+            cache: CacheSizes::detected(),
+            gemm_threads: if jobs.len() > 1 { 1 } else { self.threads },
+        };
+        let finals: Vec<(Vec<T>, Option<Vec<T>>)> = if jobs.len() > 1 {
+            jobs.into_par_iter()
+                .map(|part| self.scan::<TRAIN>(part, &shared))
+                .collect()
+        } else {
+            jobs.into_iter()
+                .map(|part| self.scan::<TRAIN>(part, &shared))
+                .collect()
+        };
+        let mut state = Vec::with_capacity(batch * p);
+        let mut cell: Option<Vec<T>> = None;
+        for (s, c) in finals {
+            state.extend_from_slice(&s);
+            if let Some(c) = c {
+                cell.get_or_insert_with(|| Vec::with_capacity(batch * h))
+                    .extend_from_slice(&c);
+            }
+        }
+        (state, cell)
+    }
+
+    /// The whole scan of one part of the batch, on the calling thread.
+    fn scan<const TRAIN: bool>(
+        &self,
+        part: Part<'_, T>,
+        shared: &Shared<'_, T>,
+    ) -> (Vec<T>, Option<Vec<T>>) {
+        let plan = self.plan;
+        let (h, p, gh) = (plan.h, plan.p, plan.gh());
+        let Part {
+            b0,
+            nb,
+            out,
+            mut gates,
+        } = part;
+        let proj = self.w.w_hr.is_some();
+        let mut scan = Scan {
+            state: self.h0.map_or_else(
+                || vec![T::ZERO; nb * p],
+                |h0| h0[b0 * p..(b0 + nb) * p].to_vec(),
+            ),
+            next: vec![T::ZERO; nb * p],
+            cell: (plan.spec.mode == RnnMode::Lstm).then(|| {
+                self.c0.map_or_else(
+                    || vec![T::ZERO; nb * h],
+                    |c0| c0[b0 * h..(b0 + nb) * h].to_vec(),
+                )
+            }),
+            m: vec![T::ZERO; if proj { nb * h } else { 0 }],
+            projected: vec![T::ZERO; if proj { nb * p } else { 0 }],
+            out,
+            lhs: Vec::new(),
+        };
+        let steps: Vec<usize> = plan.scan(self.d).collect();
+        let block = match shared.ahead {
+            true => projection::block_steps(
+                [steps.len(), nb, gh, core::mem::size_of::<T>()],
+                shared.cache,
+            ),
+            false => steps.len().max(1),
+        };
+        let mut projected = Projected::default();
+        for block in steps.chunks(block) {
+            if shared.ahead {
+                self.project(block, (b0, nb), shared, &mut projected);
+            }
+            for &t in block {
+                let gate_rows = match TRAIN {
+                    true => gates[t * nb..(t + 1) * nb]
+                        .iter_mut()
+                        .map(|r| Some(&mut **r))
+                        .collect(),
+                    false => Vec::new(),
+                };
+                let xw = shared.ahead.then_some(&projected);
+                self.step::<TRAIN>(&mut scan, t, (b0, nb), gate_rows, shared, xw);
+            }
         }
         (scan.state, scan.cell)
     }
 
-    /// One step (Note [Fused step]): the pre-activations and the cell update, tile by
-    /// tile, over the rows of each thread; then (LSTM projection) the projection and the
-    /// select.
-    #[allow(clippy::too_many_arguments)]
+    /// Projects the input rows `b0..b0 + nb` of the steps `block` (consecutive, in either
+    /// order) ahead (Note [Input projection]): `projected.rows[(t - first)·nb + j]` =
+    /// `x_t[b0 + j] · W_ih^T` + the folded biases, in one GEMM.
+    fn project(
+        &self,
+        block: &[usize],
+        (b0, nb): (usize, usize),
+        shared: &Shared<'_, T>,
+        projected: &mut Projected<T>,
+    ) {
+        let plan = self.plan;
+        let (gh, in_size) = (plan.gh(), self.in_size);
+        let w_ih = self.w.w_ih.expect("projected ahead only with W_ih");
+        let first = block.iter().copied().min().unwrap_or(0);
+        let steps = block.len();
+        let rows = steps * nb;
+        projected.first = first;
+        projected.gh = gh;
+        projected.rows.clear();
+        projected.rows.reserve(rows * gh);
+        for _ in 0..rows {
+            projected.rows.extend_from_slice(shared.bias);
+        }
+        // The block's input rows as one matrix `[(t - first)·nb + j, in]`: in place when
+        // they are consecutive (time-major, the whole batch), else gathered.
+        let lhs: &[T] = if !plan.desc.batch_first && nb == plan.b {
+            &self.input[first * nb * in_size..(first + steps) * nb * in_size]
+        } else {
+            projected.gathered.clear();
+            projected.gathered.reserve(rows * in_size);
+            for t in first..first + steps {
+                for b in b0..b0 + nb {
+                    let row = plan.row(t, b);
+                    projected
+                        .gathered
+                        .extend_from_slice(&self.input[row * in_size..(row + 1) * in_size]);
+                }
+            }
+            &projected.gathered
+        };
+        gemm(
+            MatMut::rows(&mut projected.rows, rows, gh, gh),
+            true,
+            Mat::rows(lhs, rows, in_size, in_size),
+            Mat::rows(w_ih, gh, in_size, in_size).t(),
+            gemm_threads(shared.gemm_threads, rows, gh, in_size),
+        );
+    }
+
+    /// One step of the rows `b0..b0 + nb` (Note [Fused step]): the pre-activations and the
+    /// cell update, tile by tile; then (LSTM projection) the projection and the select.
     fn step<const TRAIN: bool>(
         &self,
         scan: &mut Scan<'_, T>,
         t: usize,
+        (b0, nb): (usize, usize),
         gate_rows: Vec<Option<&mut [T]>>,
-        bias: &[T],
-        b_hn: &[T],
-        packed: &Packed<T>,
+        shared: &Shared<'_, T>,
+        projected: Option<&Projected<T>>,
     ) {
         let plan = self.plan;
-        let (batch, h, p, gh) = (plan.b, plan.h, plan.p, plan.gh());
+        let (h, p) = (plan.h, plan.p);
         let in_size = self.in_size;
         let proj = self.w.w_hr;
         {
@@ -211,62 +409,53 @@ impl<T: Lane> Direction<'_, T> {
             let mut c_rows = scan.cell.as_deref_mut().map(|c| c.chunks_mut(h));
             let mut gate_rows = gate_rows.into_iter();
             let state = &scan.state;
-            let mut items: Vec<StepRow<'_, T>> = step_rows(plan, &mut scan.out, t)
-                .into_iter()
+            let mut items: Vec<StepRow<'_, T>> = scan.out[t * nb..(t + 1) * nb]
+                .iter_mut()
                 .zip(scan.next.chunks_mut(p))
                 .enumerate()
-                .map(|(b, (out, next))| StepRow {
-                    valid: plan.valid(t, b),
-                    x: &self.input[plan.row(t, b) * in_size..][..in_size],
-                    gate: gate_rows.next().flatten(),
-                    prev: &state[b * p..(b + 1) * p],
-                    next,
-                    cell: c_rows.as_mut().and_then(Iterator::next),
-                    m: proj.and_then(|_| m_rows.next()),
-                    out,
+                .map(|(j, (out, next))| {
+                    let b = b0 + j;
+                    StepRow {
+                        valid: plan.valid(t, b),
+                        x: &self.input[plan.row(t, b) * in_size..][..in_size],
+                        xw: projected.map(|pr| pr.row(t, j, nb)),
+                        gate: gate_rows.next().flatten(),
+                        prev: &state[j * p..(j + 1) * p],
+                        next,
+                        cell: c_rows.as_mut().and_then(Iterator::next),
+                        m: proj.and_then(|_| m_rows.next()),
+                        out,
+                    }
                 })
                 .collect();
-            let threads = step_threads(self.threads, batch, gh, p + in_size);
-            let chunk = batch.div_ceil(threads).max(1);
-            let skip = self.w.w_ih.is_none();
-            let run = |(rows, lhs): (&mut [StepRow<'_, T>], &mut Vec<T>)| {
-                dispatch(
-                    plan.level,
-                    FusedStep::<'_, '_, T, TRAIN> {
-                        rows,
-                        lhs,
-                        packed,
-                        mode: plan.spec.mode,
-                        h,
-                        skip,
-                        bias,
-                        b_hn,
-                    },
-                )
-            };
-            if threads > 1 {
-                items
-                    .par_chunks_mut(chunk)
-                    .zip(scan.lhs.par_iter_mut())
-                    .for_each(run);
-            } else {
-                run((&mut items, &mut scan.lhs[0]));
-            }
+            dispatch(
+                plan.level,
+                FusedStep::<'_, '_, T, TRAIN> {
+                    rows: &mut items,
+                    lhs: &mut scan.lhs,
+                    packed: shared.packed,
+                    mode: plan.spec.mode,
+                    h,
+                    skip: self.w.w_ih.is_none(),
+                    bias: shared.bias,
+                    b_hn: shared.b_hn,
+                },
+            );
         }
         if let Some(w_hr) = proj {
             // h' = (o ∘ tanh c') W_hr^T for every row, then the select.
             gemm(
-                MatMut::rows(&mut scan.projected, batch, p, p),
+                MatMut::rows(&mut scan.projected, nb, p, p),
                 false,
-                Mat::rows(&scan.m, batch, h, h),
+                Mat::rows(&scan.m, nb, h, h),
                 Mat::rows(w_hr, p, h, h).t(),
-                gemm_threads(self.threads, batch, p, h),
+                gemm_threads(shared.gemm_threads, nb, p, h),
             );
-            for (b, out) in step_rows(plan, &mut scan.out, t).into_iter().enumerate() {
-                if plan.valid(t, b) {
-                    let next_b = &mut scan.next[b * p..(b + 1) * p];
-                    next_b.copy_from_slice(&scan.projected[b * p..(b + 1) * p]);
-                    out.copy_from_slice(next_b);
+            for (j, out) in scan.out[t * nb..(t + 1) * nb].iter_mut().enumerate() {
+                if plan.valid(t, b0 + j) {
+                    let next_j = &mut scan.next[j * p..(j + 1) * p];
+                    next_j.copy_from_slice(&scan.projected[j * p..(j + 1) * p]);
+                    out.copy_from_slice(next_j);
                 }
             }
         }
@@ -353,7 +542,7 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
                                 n: $n,
                                 acc,
                                 skip: skip_x,
-                                bias,
+                                bias: r.xw.unwrap_or(bias),
                                 gates: r.gate.as_deref_mut(),
                                 out,
                             }

@@ -9,14 +9,17 @@
 //!   `packed`), and each step is one pass of a register-blocked kernel over `[x_t |
 //!   h_{t-1}]` whose tiles go straight into the cell update (`cell`): activations, cell
 //!   state, output write and the variable-length select. One-step calls (decoding) keep
-//!   their packed weights (Note [Packed weights across calls] in `prepared`).
+//!   their packed weights (Note [Packed weights across calls] in `prepared`). With one
+//!   or two sequences per thread, the input is projected ahead for a block of steps instead
+//!   (Note [Input projection] in `projection`).
 //! - **The backward** mirrors it: per step one fused element-wise pass and one product
 //!   `dg · W_hh` through the same kernel (`W_hh` packed once); the weight and input
 //!   gradients are GEMMs over all steps from the `gemm` crate (Note [GEMM crate] in
 //!   `gemm`).
 //! - **Threads from rayon's pool** (sized by `RAYON_NUM_THREADS`, else the cores): the
-//!   two directions of a layer run concurrently; a step's rows split over the threads when
-//!   the step is big enough, and the large GEMMs split too. Nothing is spawned per call or
+//!   two directions of a layer run concurrently; the forward gives each thread some
+//!   sequences to scan whole, the backward splits a step's rows when the step is big
+//!   enough, and the large GEMMs split too. Nothing is spawned per call or
 //!   per step.
 //! - **SIMD** (Note [SIMD levels] in `simd`): every loop is written once over pulp's
 //!   vector types or as plain slices, and runs at AVX-512, AVX2 or a portable level, picked
@@ -56,6 +59,7 @@ mod gemm;
 mod packed;
 mod plan;
 mod prepared;
+pub mod projection;
 mod schedule;
 pub mod simd;
 

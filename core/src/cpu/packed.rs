@@ -142,6 +142,20 @@ pub(crate) fn lanes<T: Lane>(level: SimdLevel) -> usize {
     dispatch(level, Lanes::<T>(core::marker::PhantomData))
 }
 
+/// Rows of a tile of the microkernel at `level` ([`Packed::tiles`]): 6 with 32 vector
+/// registers (AVX-512), 3 with 16.
+pub(crate) fn tile_rows(level: SimdLevel) -> usize {
+    struct Rows;
+    impl pulp::WithSimd for Rows {
+        type Output = usize;
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _simd: S) -> usize {
+            Packed::<f32>::tile_rows::<S>()
+        }
+    }
+    dispatch(level, Rows)
+}
+
 /// Rows of a tile at most: the most any level uses (AVX-512).
 pub(crate) const MAX_ROWS: usize = 6;
 

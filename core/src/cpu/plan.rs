@@ -35,6 +35,7 @@ use core::ops::Range;
 
 use super::float::Float;
 use super::packed::Packed;
+use super::projection::InputProjection;
 use super::simd::SimdLevel;
 use crate::descriptor::{RnnDescriptor, Sizes};
 use crate::dropout::LayerMask;
@@ -57,6 +58,9 @@ pub(crate) struct Plan<'d> {
     pub(crate) threads: usize,
     /// The SIMD level of every loop of the call (Note [SIMD levels] in `super::simd`).
     pub(crate) level: SimdLevel,
+    /// The input projection forced on the calling thread, if any (Note [Input projection]
+    /// in `super::projection`).
+    pub(crate) projection: Option<InputProjection>,
 }
 
 impl core::ops::Deref for Plan<'_> {
@@ -82,6 +86,7 @@ impl<'d> Plan<'d> {
             lengths,
             threads: rayon::current_num_threads().max(1),
             level: SimdLevel::current(),
+            projection: InputProjection::forced(),
         }
     }
 

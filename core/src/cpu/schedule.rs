@@ -3,8 +3,10 @@
 //! One pool for the process (rayon's global pool, sized by `RAYON_NUM_THREADS`, else the
 //! cores); nothing is spawned per call or per step. A call moves into the pool once
 //! ([`in_pool`]); the two directions of a layer run side by side ([`per_direction`]),
-//! each with its share of the threads ([`direction_threads`]); a step's rows split when the
-//! step is big enough ([`step_threads`], Note [Fused step] in `super::forward`); the large
+//! each with its share of the threads ([`direction_threads`]); the forward splits a batch
+//! into parts whose whole scans run side by side ([`scan_threads`], Note [Fused step] in
+//! `super::forward`); the backward splits a step's rows when the step is big enough
+//! ([`step_threads`]); the large
 //! GEMMs split inside the `gemm` crate ([`gemm_threads`]); element-wise passes over rows
 //! split like the steps ([`for_rows`]).
 
@@ -87,11 +89,24 @@ pub(crate) fn for_rows<I: Send, F: Fn(&mut I) + Sync>(
     }
 }
 
-/// Threads for one step of `batch` rows: the rows split over the threads when each gets
-/// at least two rows and the step is big enough to pay for a join (Note [Fused step]).
+/// Threads for one step of the backward over `batch` rows: the rows split over the threads
+/// when each gets at least two rows and the step is big enough to pay for a join.
 pub(crate) fn step_threads(threads: usize, batch: usize, gh: usize, k: usize) -> usize {
     if threads > 1 && batch >= 4 && batch * gh * k >= PARALLEL_WORK {
         threads.min(batch / 2)
+    } else {
+        1
+    }
+}
+
+/// Parts of a batch of `batch` sequences whose whole scans run side by side, one per
+/// thread (Note [Fused step] in `super::forward`): every sequence's recurrence is its own,
+/// so a part needs no synchronisation with the others until the layer ends. One part
+/// when there is one thread, one sequence, or less than [`PARALLEL_WORK`] multiply-adds in
+/// the whole scan (`work`).
+pub(crate) fn scan_threads(threads: usize, batch: usize, work: usize) -> usize {
+    if threads > 1 && batch > 1 && batch.saturating_mul(work) >= PARALLEL_WORK {
+        threads.min(batch)
     } else {
         1
     }

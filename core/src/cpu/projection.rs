@@ -1,0 +1,233 @@
+//! Where the forward computes a step's input projection `x_t · W_ih^T`: inside the step's
+//! product, or ahead of the steps, for a block of steps in one GEMM.
+//!
+//! # Note [Input projection]
+//!
+//! A step's pre-activations are `x_t · W_ih^T + h_{t-1} · W_hh^T + b`. Two ways to run them:
+//!
+//! - **Fused**: one pass of the packed kernel over the rows `[x_t | h_{t-1}]` against the
+//!   packed `[W_ih | W_hh]` (Note [Fused step] in `super::forward`). Nothing of size
+//!   `[T·B, G·H]` exists; but every step streams `(I + P) · G·H` weights, which is more than
+//!   a core's L2 holds at the sizes where the step's time counts (LSTM H256, I = H: 2 MiB),
+//!   so every step reads them from L3.
+//! - **Ahead**: the input part does not depend on the recurrence, so the rows of a block of
+//!   steps are projected at once, `[steps·B, I] · [I, G·H]` (plus the folded biases), by the
+//!   `gemm` crate, which runs a product that tall near the core's peak; then each step runs
+//!   the packed kernel over `h_{t-1}` alone against the packed `W_hh` (`P · G·H`, half the
+//!   weights at I = H) and the cell adds the step's projected row where it would add the
+//!   bias. This is what cuDNN, oneDNN and ONNX Runtime do. It costs a buffer of
+//!   `steps·nb·G·H` values, which the steps read back while it is still in cache: blocks
+//!   of steps keep it to [`block_steps`] (a few times the L2), not `T`.
+//!
+//! Which one wins was measured, not guessed (docs/BENCHMARKS.md, "Input projection"):
+//! it depends on how many rows one thread's scan carries (`nb`: the batch split over the
+//! threads, Note [Fused step] in `super::forward`), against the microkernel's tile height
+//! `MR` (6 rows at AVX-512, 3 at AVX2 and portable: [`super::packed::tile_rows`]). With
+//! `nb` near `MR` or above, the kernel is bound by its multiply-adds and the fused pass,
+//! which reads each input row once with no buffer, is as fast or faster (LSTM H256 B32,
+//! 2 threads: 9.2 ms fused against 10.4 ahead). With a row or two per thread, each `k`
+//! loads four vectors of weights for as many multiply-adds per row, so the step is bound
+//! by its loads and half its weights (`W_ih`) are better read once, by the GEMM, for the
+//! whole block (LSTM H256 B1 T100: 3.35 ms fused against 2.30 ahead; GRU 2.71 against
+//! 1.66). So [`choose`] takes `Ahead` when `nb ≤ MR / 3` (2 rows at AVX-512, 1 at AVX2),
+//! from what the machine reports (its SIMD level) and the call's sizes; a first version
+//! that chose by whether the packed `[W_ih | W_hh]` fits in the L2 was slower at B32
+//! (1.2–1.5×) and was dropped. The block of steps projected at once is sized from the L2
+//! the CPU reports ([`block_steps`], read by the `gemm` crate's detection,
+//! `gemm_common::cache::CACHE_INFO`). A one-step call (decoding) and a prepared network
+//! always run `Fused` (no block of steps to project), and so does skip input (no `W_ih`).
+//!
+//! Both paths compute the same sums in a different order, so they agree to rounding; the
+//! tests force each one (`with_input_projection`) at every SIMD level, against the plain
+//! implementation and the PyTorch fixtures, so that the path a machine does not pick by
+//! itself is still checked there. `BURN_FUSED_RNN_PROJECTION` (`fused` or `ahead`) forces
+//! one for a whole process (benchmarks).
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+/// Where the input projection runs (Note [Input projection]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InputProjection {
+    /// Inside each step's product, over `[x_t | h_{t-1}]`.
+    Fused,
+    /// Ahead of the steps, for a block of steps in one GEMM.
+    Ahead,
+}
+
+impl InputProjection {
+    /// Both, for tests that force each.
+    pub const ALL: [InputProjection; 2] = [InputProjection::Fused, InputProjection::Ahead];
+
+    /// The name `BURN_FUSED_RNN_PROJECTION` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            InputProjection::Fused => "fused",
+            InputProjection::Ahead => "ahead",
+        }
+    }
+
+    /// The one forced on this thread ([`with_input_projection`]) or by
+    /// `BURN_FUSED_RNN_PROJECTION`, if any; `None`: chosen per layer ([`choose`]).
+    pub fn forced() -> Option<InputProjection> {
+        FORCED.with(Cell::get).or_else(from_env)
+    }
+}
+
+thread_local! {
+    static FORCED: Cell<Option<InputProjection>> = const { Cell::new(None) };
+}
+
+/// `BURN_FUSED_RNN_PROJECTION`, read once.
+fn from_env() -> Option<InputProjection> {
+    static ENV: OnceLock<Option<InputProjection>> = OnceLock::new();
+    *ENV.get_or_init(|| {
+        let value = std::env::var("BURN_FUSED_RNN_PROJECTION").ok()?;
+        let found = InputProjection::ALL
+            .into_iter()
+            .find(|p| p.name() == value.trim());
+        if found.is_none() {
+            eprintln!(
+                "burn-fused-rnn: BURN_FUSED_RNN_PROJECTION={value}: expected fused or ahead; choosing per layer"
+            );
+        }
+        found
+    })
+}
+
+/// Runs `f` with every fused call that `f` makes from this thread computing its input
+/// projection the way `projection` says (where it can: Note [Input projection]).
+pub fn with_input_projection<R>(projection: InputProjection, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<InputProjection>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FORCED.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(FORCED.with(|c| c.replace(Some(projection))));
+    f()
+}
+
+/// The cache sizes of this CPU in bytes (L1 data, L2, L3 per the detection of the `gemm`
+/// crate; a level it could not read is its fallback guess).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheSizes {
+    /// L1 data cache of one core.
+    pub l1: usize,
+    /// L2 of one core.
+    pub l2: usize,
+    /// L3 (shared).
+    pub l3: usize,
+}
+
+impl CacheSizes {
+    /// What the CPU reports, read once.
+    pub fn detected() -> CacheSizes {
+        static SIZES: OnceLock<CacheSizes> = OnceLock::new();
+        *SIZES.get_or_init(|| {
+            let info = &*gemm_common::cache::CACHE_INFO;
+            CacheSizes {
+                l1: info[0].cache_bytes,
+                l2: info[1].cache_bytes,
+                l3: info[2].cache_bytes,
+            }
+        })
+    }
+}
+
+/// The projection of one layer and direction (Note [Input projection]): `forced` if a
+/// caller forced one, else `Ahead` when one thread's scan carries at most `tile / 3`
+/// rows (`rows`; `tile`: the microkernel's tile height at the call's SIMD level);
+/// `Fused` for one step, skip input, or weights packed in advance (`fixed`).
+pub(crate) fn choose(
+    forced: Option<InputProjection>,
+    fixed: bool,
+    [steps, rows, tile]: [usize; 3],
+) -> InputProjection {
+    if fixed || steps < 2 {
+        return InputProjection::Fused;
+    }
+    if let Some(forced) = forced {
+        return forced;
+    }
+    if rows <= (tile / 3).max(1) {
+        InputProjection::Ahead
+    } else {
+        InputProjection::Fused
+    }
+}
+
+/// Steps per block of `Ahead` (Note [Input projection]): the block's projected rows
+/// (`batch · gh` elements of `elem` bytes per step) within four times one core's L2, so
+/// that the steps read them back from cache, but at least enough steps for 128 rows (a
+/// product tall enough to run near peak), and at most `steps`.
+pub(crate) fn block_steps([steps, batch, gh, elem]: [usize; 4], cache: CacheSizes) -> usize {
+    let per_step = batch.saturating_mul(gh).saturating_mul(elem).max(1);
+    let by_cache = (4 * cache.l2) / per_step;
+    let by_rows = 128usize.div_ceil(batch.max(1));
+    by_cache.max(by_rows).clamp(1, steps.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ZEN4: CacheSizes = CacheSizes {
+        l1: 32 << 10,
+        l2: 1 << 20,
+        l3: 32 << 20,
+    };
+
+    #[test]
+    fn the_choice_follows_the_rows_per_thread_and_what_forces_it() {
+        // AVX-512 tiles of 6 rows: ahead up to 2 rows per thread, fused from 3.
+        for (rows, want) in [
+            (1, InputProjection::Ahead),
+            (2, InputProjection::Ahead),
+            (3, InputProjection::Fused),
+            (16, InputProjection::Fused),
+        ] {
+            assert_eq!(choose(None, false, [50, rows, 6]), want, "{rows} rows");
+        }
+        // AVX2 / portable tiles of 3 rows: ahead for 1 row only.
+        assert_eq!(choose(None, false, [50, 1, 3]), InputProjection::Ahead);
+        assert_eq!(choose(None, false, [50, 2, 3]), InputProjection::Fused);
+        // One step, skip input or prepared weights: fused, forced or not.
+        for forced in [None, Some(InputProjection::Ahead)] {
+            assert_eq!(choose(forced, true, [50, 1, 6]), InputProjection::Fused);
+            assert_eq!(choose(forced, false, [1, 1, 6]), InputProjection::Fused);
+        }
+        // Forced: wins where both paths exist.
+        assert_eq!(
+            choose(Some(InputProjection::Ahead), false, [50, 32, 6]),
+            InputProjection::Ahead
+        );
+        assert_eq!(
+            choose(Some(InputProjection::Fused), false, [50, 1, 6]),
+            InputProjection::Fused
+        );
+    }
+
+    #[test]
+    fn blocks_stay_in_cache_but_tall_enough() {
+        // 32 rows of 1024 f32 = 128 KiB per step: 32 steps in 4 MiB.
+        assert_eq!(block_steps([50, 32, 1024, 4], ZEN4), 32);
+        assert_eq!(block_steps([10, 32, 1024, 4], ZEN4), 10);
+        // Huge steps: still 128 rows.
+        assert_eq!(block_steps([50, 64, 16384, 4], ZEN4), 2);
+        assert_eq!(block_steps([50, 512, 16384, 4], ZEN4), 1);
+    }
+
+    #[test]
+    fn forcing_is_scoped_to_the_closure() {
+        let outside = InputProjection::forced();
+        with_input_projection(InputProjection::Ahead, || {
+            assert_eq!(InputProjection::forced(), Some(InputProjection::Ahead));
+            with_input_projection(InputProjection::Fused, || {
+                assert_eq!(InputProjection::forced(), Some(InputProjection::Fused));
+            });
+            assert_eq!(InputProjection::forced(), Some(InputProjection::Ahead));
+        });
+        assert_eq!(InputProjection::forced(), outside);
+    }
+}
