@@ -266,7 +266,7 @@ fn forward_matches_the_plain_implementation_at_every_simd_level() {
 /// Batches big enough to split over threads (Note [Fused step]: each thread scans some
 /// sequences whole), in a pool of 3 threads whatever the machine has, with an odd batch
 /// (parts of unequal size) and padding; and the training reserve that the split forward
-/// keeps equals the one of a single thread, so the backward reads the same gates.
+/// keeps, and the backward split the same way, equal those of a single thread.
 #[test]
 fn forward_split_over_threads_matches_the_plain_implementation() {
     let pool = rayon::ThreadPoolBuilder::new()
@@ -302,12 +302,41 @@ fn forward_split_over_threads_matches_the_plain_implementation() {
                 };
                 let len = cpu::reserve_len(&desc, false);
                 let one = reserve(&single);
+                let what = format!("{:?} {level:?}", desc.spec);
                 assert_close(
-                    &format!("{:?} {level:?} reserve, 3 threads vs 1", desc.spec),
+                    &format!("{what} reserve, 3 threads vs 1"),
                     reserve(&pool)[..len].to_vec(),
                     &one[..len],
                     1e-12,
                 );
+                // The backward, split the same way, against one thread.
+                let dy = values(desc.output_shape().iter().product(), 9, 1.0);
+                let dh_n = values(desc.hidden_shape().iter().product(), 10, 1.0);
+                let dc_n = values(desc.cell_shape().iter().product(), 11, 1.0);
+                let backward = |pool: &rayon::ThreadPool| {
+                    pool.install(|| {
+                        let (out, reserve) =
+                            cpu::forward(&desc, &inputs(&desc, &d64), None::<&()>, true, false);
+                        let mut reserve = reserve.expect("a reserve");
+                        let grads = OutputGrads {
+                            dy: Some(&dy),
+                            dh_n: Some(&dh_n),
+                            dc_n: desc.spec.mode.has_cell_state().then_some(&dc_n[..]),
+                        };
+                        let inputs = inputs(&desc, &d64);
+                        cpu::backward(&desc, &inputs, &out.y, &mut reserve[..len], false, &grads)
+                    })
+                };
+                let (split, one) = (backward(&pool), backward(&single));
+                assert_close(&format!("{what} dx"), split.dx, &one.dx, 1e-12);
+                assert_close(&format!("{what} dh0"), split.dh0, &one.dh0, 1e-12);
+                assert_close(
+                    &format!("{what} dc0"),
+                    split.dc0.unwrap_or_default(),
+                    &one.dc0.unwrap_or_default(),
+                    1e-12,
+                );
+                assert_close(&format!("{what} dw"), split.dweights, &one.dweights, 1e-12);
             });
         }
     }

@@ -18,10 +18,11 @@ use rayon::prelude::*;
 use super::cell;
 use super::gemm::{gemm, Mat, MatMut};
 use super::packed::{Lane, Packed};
-use super::plan::{dropped, row_step, step_rows, Inputs};
+use super::plan::{dropped, row_step, Inputs};
 use super::plan::{state_of, CellWeights, Plan, ReserveLayout};
 use super::schedule::{
-    direction_threads, for_rows, gemm_threads, per_direction, step_threads, PARALLEL_WORK,
+    direction_threads, for_rows, gemm_threads, per_direction, scan_threads, step_threads,
+    PARALLEL_WORK,
 };
 use super::simd::dispatch;
 use crate::layout::ParamKind;
@@ -117,6 +118,19 @@ impl<T: Lane> WithSimd for BackStep<'_, '_, T> {
     }
 }
 
+/// Some consecutive sequences `b0..b0 + nb` whose whole backward scan runs on one
+/// thread: their gate rows of the reserve, step-major (`gates[t·nb + j]`: sequence
+/// `b0 + j` at step `t`).
+struct BackPart<'a, T> {
+    b0: usize,
+    nb: usize,
+    gates: Vec<&'a mut [T]>,
+}
+
+/// What one part's backward scan returns: its `dh0` `[nb, P]`, `dc0` `[nb, H]` (LSTM) and
+/// its share of `dW_hr` (projection; else empty).
+type PartGrads<T> = (Vec<T>, Option<Vec<T>>, Vec<T>);
+
 /// One layer in one direction.
 struct Direction<'a, T> {
     plan: &'a Plan<'a>,
@@ -150,187 +164,250 @@ impl<T: Lane> Direction<'_, T> {
 
     /// The scan, then the weight gradients into `dw` (this pseudo-layer's part of the flat
     /// gradient). Returns `dh0` and `dc0`.
+    ///
+    /// Every sequence's backward recurrence is its own, like its forward (Note [Fused step]
+    /// in `super::forward`): the batch splits into one part per thread and each thread runs
+    /// the whole backward scan of its part; the weight gradients, which sum over every
+    /// sequence, come after, as GEMMs over all steps.
     fn run(&self, gates: &mut [T], dw: &mut [T]) -> (Vec<T>, Option<Vec<T>>) {
         let plan = self.plan;
-        let (batch, h, p, nd) = (plan.b, plan.h, plan.p, plan.nd);
-        let mode = plan.spec.mode;
+        let (batch, h, p) = (plan.b, plan.h, plan.p);
         let width = plan.gate_width();
+        let rec = plan.gh();
+        let parts = scan_threads(self.threads, batch, plan.t * rec * p);
+        let chunk = batch.div_ceil(parts).max(1);
+        // dg W_hh with W_hh packed once (Note [Packed weights] in `super::packed`).
+        let packed = Packed::columns(plan.level, self.w.w_hh, rec, p);
+        let finals: Vec<PartGrads<T>> = {
+            let mut rows: Vec<Option<&mut [T]>> = gates.chunks_mut(width).map(Some).collect();
+            let mut jobs = Vec::with_capacity(parts);
+            for b0 in (0..batch).step_by(chunk) {
+                let nb = chunk.min(batch - b0);
+                let mut part = BackPart {
+                    b0,
+                    nb,
+                    gates: Vec::with_capacity(plan.t * nb),
+                };
+                for t in 0..plan.t {
+                    for b in b0..b0 + nb {
+                        let row = rows[plan.row(t, b)].take();
+                        part.gates.push(row.expect("each row in one part"));
+                    }
+                }
+                jobs.push(part);
+            }
+            let threads = if jobs.len() > 1 { 1 } else { self.threads };
+            if jobs.len() > 1 {
+                jobs.into_par_iter()
+                    .map(|part| self.scan(part, &packed, threads))
+                    .collect()
+            } else {
+                jobs.into_iter()
+                    .map(|part| self.scan(part, &packed, threads))
+                    .collect()
+            }
+        };
+        let mut dh = Vec::with_capacity(batch * p);
+        let mut dc: Option<Vec<T>> = None;
+        let mut dw_hr: Vec<T> = Vec::new();
+        for (part_dh, part_dc, part_dw_hr) in finals {
+            dh.extend_from_slice(&part_dh);
+            if let Some(part_dc) = part_dc {
+                dc.get_or_insert_with(|| Vec::with_capacity(batch * h))
+                    .extend_from_slice(&part_dc);
+            }
+            if dw_hr.is_empty() {
+                dw_hr = part_dw_hr;
+            } else {
+                for (a, &v) in dw_hr.iter_mut().zip(&part_dw_hr) {
+                    *a += v;
+                }
+            }
+        }
+        self.weight_grads(gates, dw, &dw_hr);
+        (dh, dc)
+    }
+
+    /// The whole backward scan of one part of the batch, on the calling thread unless
+    /// `threads > 1` (one part): its `dh0`, `dc0` and its share of `dW_hr`.
+    fn scan(&self, part: BackPart<'_, T>, packed: &Packed<T>, threads: usize) -> PartGrads<T> {
+        let plan = self.plan;
+        let (h, p, nd) = (plan.h, plan.p, plan.nd);
+        let BackPart {
+            b0,
+            nb,
+            gates: mut gate_rows,
+        } = part;
+        let mode = plan.spec.mode;
         // Width of the recurrent GEMM's operand: GRU's hn block enters through r ∘ (·).
         let rec = plan.gh();
         let lstm = mode == RnnMode::Lstm;
         let proj = self.w.w_hr;
         let zeros_p = vec![T::ZERO; p];
 
-        let mut dh = self
-            .dh_n
-            .map_or_else(|| vec![T::ZERO; batch * p], <[T]>::to_vec);
+        let mut dh = self.dh_n.map_or_else(
+            || vec![T::ZERO; nb * p],
+            |d| d[b0 * p..(b0 + nb) * p].to_vec(),
+        );
         let mut dc = lstm.then(|| {
-            self.dc_n
-                .map_or_else(|| vec![T::ZERO; batch * h], <[T]>::to_vec)
+            self.dc_n.map_or_else(
+                || vec![T::ZERO; nb * h],
+                |d| d[b0 * h..(b0 + nb) * h].to_vec(),
+            )
         });
-        let mut dht = vec![T::ZERO; batch * p];
-        let mut dm = vec![T::ZERO; if proj.is_some() { batch * h } else { 0 }];
+        let mut dht = vec![T::ZERO; nb * p];
+        let mut dm = vec![T::ZERO; if proj.is_some() { nb * h } else { 0 }];
         let mut m = vec![T::ZERO; dm.len()];
-        let mut direct = vec![T::ZERO; if mode == RnnMode::Gru { batch * p } else { 0 }];
+        let mut direct = vec![T::ZERO; if mode == RnnMode::Gru { nb * p } else { 0 }];
         let mut dw_hr = vec![T::ZERO; if proj.is_some() { p * h } else { 0 }];
-        let step_threads = step_threads(self.threads, batch, p, rec);
-        // dg W_hh with W_hh packed once (Note [Packed weights] in `super::packed`).
-        let packed = Packed::columns(plan.level, self.w.w_hh, rec, p);
+        let step_threads = step_threads(threads, nb, p, rec);
         // Per thread of a step: its rows laid out for the microkernel.
         let mut lhs: Vec<Vec<T>> = (0..step_threads.max(1)).map(|_| Vec::new()).collect();
         // Columns of a gate row that hold gradients after the pass (GRU: 4H, Note [Native
         // reserve]); padded rows get zeros there.
         let grad_cols = if mode == RnnMode::Gru { 4 * h } else { rec };
-        let parallel_rows = self.threads > 1 && batch > 1 && batch * rec * 8 >= PARALLEL_WORK;
+        let parallel_rows = threads > 1 && nb > 1 && nb * rec * 8 >= PARALLEL_WORK;
         let f = nd * p;
 
-        {
-            let mut gate_rows: Vec<&mut [T]> = gates.chunks_mut(width).collect();
-            for t in plan.backward_scan(self.d) {
-                // The step's output gradient: dy (valid rows only) plus the carried dh.
-                for b in 0..batch {
-                    let dst = &mut dht[b * p..(b + 1) * p];
-                    if !plan.valid(t, b) {
-                        dst.fill(T::ZERO);
-                        continue;
-                    }
-                    dst.copy_from_slice(&dh[b * p..(b + 1) * p]);
-                    if let Some(dy) = self.d_out {
-                        let row = &dy[plan.row(t, b) * f + self.d * p..][..p];
-                        for (a, &v) in dst.iter_mut().zip(row) {
-                            *a += v;
-                        }
-                    }
+        for t in plan.backward_scan(self.d) {
+            let step_gates = &mut gate_rows[t * nb..(t + 1) * nb];
+            // The step's output gradient: dy (valid rows only) plus the carried dh.
+            for j in 0..nb {
+                let b = b0 + j;
+                let dst = &mut dht[j * p..(j + 1) * p];
+                if !plan.valid(t, b) {
+                    dst.fill(T::ZERO);
+                    continue;
                 }
-                let dh_cell: &[T] = match proj {
-                    Some(w_hr) => {
-                        // h' = m W_hr^T: dm = dh' W_hr.
-                        gemm(
-                            MatMut::rows(&mut dm, batch, h, h),
-                            false,
-                            Mat::rows(&dht, batch, p, p),
-                            Mat::rows(w_hr, p, h, h),
-                            gemm_threads(self.threads, batch, h, p),
-                        );
-                        &dm
+                dst.copy_from_slice(&dh[j * p..(j + 1) * p]);
+                if let Some(dy) = self.d_out {
+                    let row = &dy[plan.row(t, b) * f + self.d * p..][..p];
+                    for (a, &v) in dst.iter_mut().zip(row) {
+                        *a += v;
                     }
-                    None => &dht,
-                };
-                {
-                    let cell_w = if lstm { h } else { p };
-                    let mut dc_rows = dc.as_deref_mut().map(|c| c.chunks_mut(h));
-                    let mut m_rows = m.chunks_mut(h);
-                    let mut direct_rows = direct.chunks_mut(p);
-                    let mut items: Vec<StepRow<'_, T>> = step_rows(plan, &mut gate_rows, t)
-                        .into_iter()
-                        .enumerate()
-                        .map(|(b, gate)| {
-                            let valid = plan.valid(t, b);
-                            StepRow {
-                                valid,
-                                gate,
-                                dh: &dh_cell[b * cell_w..(b + 1) * cell_w],
-                                dc: dc_rows.as_mut().and_then(Iterator::next),
-                                m: proj.and_then(|_| m_rows.next()),
-                                h_prev: if mode == RnnMode::Gru && valid {
-                                    let prev = self.h_prev(t, b);
-                                    if prev.is_empty() {
-                                        &zeros_p
-                                    } else {
-                                        prev
-                                    }
-                                } else {
-                                    &[]
-                                },
-                                direct: direct_rows.next(),
-                            }
-                        })
-                        .collect();
-                    for_rows(
-                        plan.level,
-                        &mut items,
-                        parallel_rows,
-                        #[inline(always)]
-                        |r| {
-                            if !r.valid {
-                                // No gradient from padding: zero rows; dh and dc pass unchanged.
-                                r.gate[..grad_cols].fill(T::ZERO);
-                                if let Some(m) = r.m.as_deref_mut() {
-                                    m.fill(T::ZERO);
-                                }
-                                return;
-                            }
-                            match mode {
-                                RnnMode::Lstm => {
-                                    let dc = r.dc.as_deref_mut().expect("LSTM carries dc");
-                                    match r.m.as_deref_mut() {
-                                        Some(m) => {
-                                            cell::lstm_backward::<T, true>(h, r.gate, r.dh, dc, m)
-                                        }
-                                        None => cell::lstm_backward::<T, false>(
-                                            h,
-                                            r.gate,
-                                            r.dh,
-                                            dc,
-                                            &mut [],
-                                        ),
-                                    }
-                                }
-                                RnnMode::Gru => {
-                                    let direct = r.direct.as_deref_mut().expect("GRU direct term");
-                                    cell::gru_backward(h, r.gate, r.dh, r.h_prev, direct)
-                                }
-                                RnnMode::RnnTanh => cell::rnn_backward::<T, false>(h, r.gate, r.dh),
-                                RnnMode::RnnRelu => cell::rnn_backward::<T, true>(h, r.gate, r.dh),
-                            }
-                        },
-                    );
-                }
-                if proj.is_some() {
-                    // dW_hr += dh'^T m (padded rows of both are zero).
-                    gemm(
-                        MatMut::rows(&mut dw_hr, p, h, h),
-                        true,
-                        Mat::rows(&dht, batch, p, p).t(),
-                        Mat::rows(&m, batch, h, h),
-                        gemm_threads(self.threads, p, h, batch),
-                    );
-                }
-                // dh_prev = dg W_hh (+ GRU's direct term), `dg` the first `G·H` gradients of
-                // each gate row; padded rows keep the carried dh.
-                let mut rows: Vec<BackRow<'_, T>> = dh
-                    .chunks_mut(p)
-                    .zip(step_rows(plan, &mut gate_rows, t))
-                    .enumerate()
-                    .map(|(b, (dh, gate))| BackRow {
-                        valid: plan.valid(t, b),
-                        dg: &gate[..rec],
-                        dh,
-                        direct: (mode == RnnMode::Gru).then(|| &direct[b * p..(b + 1) * p]),
-                    })
-                    .collect();
-                let chunk = batch.div_ceil(step_threads).max(1);
-                let run = |(rows, lhs): (&mut [BackRow<'_, T>], &mut Vec<T>)| {
-                    dispatch(
-                        plan.level,
-                        BackStep {
-                            rows,
-                            lhs,
-                            packed: &packed,
-                        },
-                    )
-                };
-                if step_threads > 1 {
-                    rows.par_chunks_mut(chunk)
-                        .zip(lhs.par_iter_mut())
-                        .for_each(run);
-                } else {
-                    run((&mut rows, &mut lhs[0]));
                 }
             }
+            let dh_cell: &[T] = match proj {
+                Some(w_hr) => {
+                    // h' = m W_hr^T: dm = dh' W_hr.
+                    gemm(
+                        MatMut::rows(&mut dm, nb, h, h),
+                        false,
+                        Mat::rows(&dht, nb, p, p),
+                        Mat::rows(w_hr, p, h, h),
+                        gemm_threads(threads, nb, h, p),
+                    );
+                    &dm
+                }
+                None => &dht,
+            };
+            {
+                let cell_w = if lstm { h } else { p };
+                let mut dc_rows = dc.as_deref_mut().map(|c| c.chunks_mut(h));
+                let mut m_rows = m.chunks_mut(h);
+                let mut direct_rows = direct.chunks_mut(p);
+                let mut items: Vec<StepRow<'_, T>> = step_gates
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(j, gate)| {
+                        let b = b0 + j;
+                        let valid = plan.valid(t, b);
+                        StepRow {
+                            valid,
+                            gate,
+                            dh: &dh_cell[j * cell_w..(j + 1) * cell_w],
+                            dc: dc_rows.as_mut().and_then(Iterator::next),
+                            m: proj.and_then(|_| m_rows.next()),
+                            h_prev: if mode == RnnMode::Gru && valid {
+                                let prev = self.h_prev(t, b);
+                                if prev.is_empty() {
+                                    &zeros_p
+                                } else {
+                                    prev
+                                }
+                            } else {
+                                &[]
+                            },
+                            direct: direct_rows.next(),
+                        }
+                    })
+                    .collect();
+                for_rows(
+                    plan.level,
+                    &mut items,
+                    parallel_rows,
+                    #[inline(always)]
+                    |r| {
+                        if !r.valid {
+                            // No gradient from padding: zero rows; dh and dc pass unchanged.
+                            r.gate[..grad_cols].fill(T::ZERO);
+                            if let Some(m) = r.m.as_deref_mut() {
+                                m.fill(T::ZERO);
+                            }
+                            return;
+                        }
+                        match mode {
+                            RnnMode::Lstm => {
+                                let dc = r.dc.as_deref_mut().expect("LSTM carries dc");
+                                match r.m.as_deref_mut() {
+                                    Some(m) => {
+                                        cell::lstm_backward::<T, true>(h, r.gate, r.dh, dc, m)
+                                    }
+                                    None => cell::lstm_backward::<T, false>(
+                                        h,
+                                        r.gate,
+                                        r.dh,
+                                        dc,
+                                        &mut [],
+                                    ),
+                                }
+                            }
+                            RnnMode::Gru => {
+                                let direct = r.direct.as_deref_mut().expect("GRU direct term");
+                                cell::gru_backward(h, r.gate, r.dh, r.h_prev, direct)
+                            }
+                            RnnMode::RnnTanh => cell::rnn_backward::<T, false>(h, r.gate, r.dh),
+                            RnnMode::RnnRelu => cell::rnn_backward::<T, true>(h, r.gate, r.dh),
+                        }
+                    },
+                );
+            }
+            if proj.is_some() {
+                // dW_hr += dh'^T m (padded rows of both are zero).
+                gemm(
+                    MatMut::rows(&mut dw_hr, p, h, h),
+                    true,
+                    Mat::rows(&dht, nb, p, p).t(),
+                    Mat::rows(&m, nb, h, h),
+                    gemm_threads(threads, p, h, nb),
+                );
+            }
+            // dh_prev = dg W_hh (+ GRU's direct term), `dg` the first `G·H` gradients of
+            // each gate row; padded rows keep the carried dh.
+            let mut rows: Vec<BackRow<'_, T>> = dh
+                .chunks_mut(p)
+                .zip(step_gates.iter())
+                .enumerate()
+                .map(|(j, (dh, gate))| BackRow {
+                    valid: plan.valid(t, b0 + j),
+                    dg: &gate[..rec],
+                    dh,
+                    direct: (mode == RnnMode::Gru).then(|| &direct[j * p..(j + 1) * p]),
+                })
+                .collect();
+            let chunk = nb.div_ceil(step_threads).max(1);
+            let run = |(rows, lhs): (&mut [BackRow<'_, T>], &mut Vec<T>)| {
+                dispatch(plan.level, BackStep { rows, lhs, packed })
+            };
+            if step_threads > 1 {
+                rows.par_chunks_mut(chunk)
+                    .zip(lhs.par_iter_mut())
+                    .for_each(run);
+            } else {
+                run((&mut rows, &mut lhs[0]));
+            }
         }
-        self.weight_grads(gates, dw, &dw_hr);
-        (dh, dc)
+        (dh, dc, dw_hr)
     }
 
     /// Weight and bias gradients of this pseudo-layer from the gate gradients `gates`.

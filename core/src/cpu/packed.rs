@@ -156,6 +156,9 @@ pub(crate) fn tile_rows(level: SimdLevel) -> usize {
     dispatch(level, Rows)
 }
 
+/// Packed elements from which [`Packed`]'s panels are written in parallel.
+const PARALLEL_FILL: usize = 1 << 16;
+
 /// Rows of a tile at most: the most any level uses (AVX-512).
 pub(crate) const MAX_ROWS: usize = 6;
 
@@ -272,22 +275,21 @@ impl<T: Lane> Packed<T> {
 
     /// Writes every panel from `value(segment, column of M, k)`, in the panel's own order
     /// (its writes are sequential; its reads walk `V·L` rows of `M` side by side, which
-    /// stay in cache from one `k` to the next).
-    fn fill(&mut self, value: impl Fn(usize, usize, usize) -> T) {
+    /// stay in cache from one `k` to the next). Panels are independent: when there are
+    /// more than [`PARALLEL_FILL`] elements, they are written on rayon's pool (a call packs
+    /// before its scans start, so this is time every thread would otherwise wait).
+    fn fill(&mut self, value: impl Fn(usize, usize, usize) -> T + Sync) {
         let (va, vb) = self.vectors();
         let (lanes, panel_len) = (self.lanes, self.panel_len());
         let mut data = vec![T::ZERO; self.panels * panel_len];
-        let mut columns = Vec::with_capacity(SLOTS * lanes);
-        for (j, panel) in data
-            .chunks_mut(panel_len.max(1))
-            .enumerate()
-            .take(self.panels)
-        {
-            let (seg_a, seg_b) = panel.split_at_mut(self.ka * va * lanes);
+        let this = &*self;
+        let write = |(j, panel): (usize, &mut [T])| {
+            let mut columns = Vec::with_capacity(SLOTS * lanes);
+            let (seg_a, seg_b) = panel.split_at_mut(this.ka * va * lanes);
             for (segment, buf, vectors) in [(0, seg_a, va), (1, seg_b, vb)] {
                 columns.clear();
                 columns
-                    .extend((0..vectors * lanes).map(|i| self.column_of(j, i / lanes, i % lanes)));
+                    .extend((0..vectors * lanes).map(|i| this.column_of(j, i / lanes, i % lanes)));
                 for (kk, dst) in buf.chunks_exact_mut(vectors * lanes).enumerate() {
                     for (d, col) in dst.iter_mut().zip(&columns) {
                         if let Some(col) = *col {
@@ -296,6 +298,18 @@ impl<T: Lane> Packed<T> {
                     }
                 }
             }
+        };
+        if data.len() >= PARALLEL_FILL && rayon::current_num_threads() > 1 {
+            use rayon::prelude::*;
+            data.par_chunks_mut(panel_len.max(1))
+                .take(self.panels)
+                .enumerate()
+                .for_each(write);
+        } else {
+            data.chunks_mut(panel_len.max(1))
+                .take(self.panels)
+                .enumerate()
+                .for_each(write);
         }
         self.data = data;
     }

@@ -283,16 +283,6 @@ pub(crate) struct Inputs<'a, T> {
     pub(crate) packed: Option<&'a [Packed<T>]>,
 }
 
-/// The `B` entries of step `t` in a per-row list (Note [Rows] in `super::plan`), in batch
-/// order.
-pub(crate) fn step_rows<'s, R>(plan: &Plan<'_>, rows: &'s mut [R], t: usize) -> Vec<&'s mut R> {
-    if plan.desc.batch_first {
-        rows.iter_mut().skip(t).step_by(plan.t).collect()
-    } else {
-        rows[t * plan.b..(t + 1) * plan.b].iter_mut().collect()
-    }
-}
-
 /// Applies layer `layer`'s dropout mask to its input (Note [Dropout masks] in
 /// `crate::dropout`): a copy of `input` with every element scaled by its mask factor.
 pub(crate) fn dropped<T: Float>(plan: &Plan<'_>, layer: usize, input: &[T]) -> Vec<T> {
