@@ -4,7 +4,7 @@
 //! this CPU has, in `f64` and `f32`; and the backward against central finite differences
 //! of that implementation.
 
-use burn_fused_rnn_core::cpu::projection::{with_input_projection, InputProjection};
+use burn_fused_rnn_core::cpu::projection::{with_input_projection, with_k_chunk, InputProjection};
 use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
 use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
 use burn_fused_rnn_core::random::SplitMix64;
@@ -17,12 +17,22 @@ fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
 }
 
 /// Runs `f` at every SIMD level this CPU has, each with the input projection fused and
-/// ahead (Note [Input projection]), all forced on this thread, so that a level or a path
-/// the machine would not pick by itself is still checked.
+/// ahead (Note [Input projection]) and the step products' reduction in one chunk and in
+/// small chunks, all forced on this thread, so that a level or a path the machine would
+/// not pick by itself is still checked.
 fn with_levels(f: impl Fn(SimdLevel)) {
     for level in SimdLevel::available() {
         for projection in InputProjection::ALL {
-            with_simd_level(level, || with_input_projection(projection, || f(level)));
+            // The reduction in chunks chosen from the L1 (one chunk at these sizes), and
+            // in chunks of 3 steps (Note [Reduction chunks]).
+            for k_chunk in [None, Some(3)] {
+                with_simd_level(level, || {
+                    with_input_projection(projection, || match k_chunk {
+                        Some(k) => with_k_chunk(k, || f(level)),
+                        None => f(level),
+                    })
+                });
+            }
         }
     }
 }

@@ -35,6 +35,7 @@
 use pulp::Simd;
 
 use super::float::Float;
+use super::projection::CacheSizes;
 use super::simd::{dispatch, SimdLevel};
 
 /// An element type with SIMD vectors at every level: `f32` or `f64`.
@@ -168,8 +169,11 @@ pub(crate) const SLOTS: usize = 4;
 /// Lanes of a vector at most (`f32` on AVX-512).
 const MAX_LANES: usize = 16;
 
-/// Elements of one tile's results at most, kept after the laid-out rows.
-const TILE_SCRATCH: usize = MAX_ROWS * SLOTS * MAX_LANES;
+/// Elements kept after the laid-out rows of `rows` rows: one tile's results, or with the
+/// reduction in chunks (Note [Reduction chunks]) every tile's accumulators of a panel.
+fn scratch_len(rows: usize) -> usize {
+    rows.max(MAX_ROWS) * SLOTS * MAX_LANES
+}
 
 /// A product `[rows, ka + kb] · M^T`, its right operand packed into panels for
 /// [`Packed::tiles`] (Note [Packed weights]).
@@ -194,6 +198,8 @@ pub(crate) struct Packed<T> {
     pub(crate) n: usize,
     panels: usize,
     layout: PanelLayout,
+    /// Reduction steps per chunk (Note [Reduction chunks]); `usize::MAX`: one chunk.
+    pub(crate) k_chunk: usize,
 }
 
 /// Which output each accumulator lane of a panel computes.
@@ -233,6 +239,7 @@ impl<T: Lane> Packed<T> {
             n: gates * hidden,
             panels: hidden.div_ceil(per_panel),
             layout,
+            k_chunk: usize::MAX,
         };
         packed.fill(|segment, col, kk| match segment {
             0 => w_in[col * ka + kk],
@@ -254,9 +261,30 @@ impl<T: Lane> Packed<T> {
             n,
             panels: n.div_ceil(SLOTS * lanes),
             layout: PanelLayout::Columns,
+            k_chunk: usize::MAX,
         };
         packed.fill(|_, col, kk| w[kk * n + col]);
         packed
+    }
+
+    /// The same weights, the product run in chunks of `k_chunk` reduction steps (Note
+    /// [Reduction chunks]; `usize::MAX` or anything at least `ka + kb`: one chunk).
+    pub(crate) fn with_k_chunk(mut self, k_chunk: usize) -> Self {
+        self.k_chunk = k_chunk.max(1);
+        self
+    }
+
+    /// The same weights, the product chunked for this CPU's L1, or as forced
+    /// (`forced`, captured by the plan: Note [Reduction chunks]).
+    pub(crate) fn blocked(self, forced: Option<usize>) -> Self {
+        let kc = super::projection::k_chunk(forced, self.bytes_per_k(), CacheSizes::detected());
+        self.with_k_chunk(kc)
+    }
+
+    /// Bytes of one reduction step of a panel: what a chunk of `k` steps reads.
+    pub(crate) fn bytes_per_k(&self) -> usize {
+        let (va, vb) = self.vectors();
+        va.max(vb) * self.lanes * core::mem::size_of::<T>()
     }
 
     /// Vectors per `k` of each segment.
@@ -395,7 +423,7 @@ impl<T: Lane> Packed<T> {
         let k = ka + kb;
         // Every element of the layout is written below; the tail is the tiles' scratch
         // (`tiles`). Resizing keeps the old contents: nothing is zeroed twice per step.
-        lhs.resize(rows * k + TILE_SCRATCH, T::ZERO);
+        lhs.resize(rows * k + scratch_len(rows), T::ZERO);
         let mut first = 0;
         while first < rows {
             let mr = rows_max.min(rows - first);
@@ -446,13 +474,16 @@ impl<T: Lane> Packed<T> {
         let k = ka + kb;
         assert_eq!(
             lhs.len(),
-            rows * k + TILE_SCRATCH,
+            rows * k + scratch_len(rows),
             "rows laid out for this product"
         );
         let (lhs, scratch) = lhs.split_at_mut(rows * k);
         let panel_len = self.panel_len();
         let split = ka * va * self.lanes;
         let width = SLOTS * self.lanes;
+        if self.k_chunk < k {
+            return self.tiles_chunked::<S>(simd, lhs, scratch, rows, epilogue);
+        }
         for j in 0..self.panels {
             let panel = &self.data[j * panel_len..(j + 1) * panel_len];
             let (pa, pb) = panel.split_at(split);
@@ -484,6 +515,125 @@ impl<T: Lane> Packed<T> {
                 epilogue(first, mr, j, out);
                 first += mr;
             }
+        }
+    }
+
+    /// [`Packed::tiles`] with the reduction in chunks of [`Packed::k_chunk`] steps.
+    ///
+    /// # Note [Reduction chunks]
+    ///
+    /// A panel is `(ka + kb) · V` vectors: 128 KiB for an LSTM at H = I = 256 in `f32`, more
+    /// than a core's L1. Each tile of `MR` rows streams the whole panel, so with `nb` rows
+    /// the panel comes from L2 `nb / MR` times per step. A core that retires two vector
+    /// multiply-adds per cycle (Intel's server cores) needs the panel's vectors at twice
+    /// the rate of one that retires one (Zen 4, double-pumped AVX-512), which is more than
+    /// its L2 delivers. So, as a GEMM blocks its `k` loop, the reduction runs in chunks of
+    /// `kc` steps whose slice of the panel fits in half the L1 (`kc = L1 / 2 / bytes per
+    /// k`, from the L1 size the CPU reports): every tile of the panel runs the chunk,
+    /// keeping its accumulators in a scratch area between chunks, and only after the last
+    /// chunk does each tile's epilogue (the cell update) run. The sums are the same, in the
+    /// same order except for single-row tiles (whose even and odd steps are summed apart
+    /// within each chunk); the tests force chunks of a few steps at every level.
+    #[inline(always)]
+    fn tiles_chunked<S: Simd>(
+        &self,
+        simd: S,
+        lhs: &[T],
+        scratch: &mut [T],
+        rows: usize,
+        mut epilogue: impl FnMut(usize, usize, usize, &[T]),
+    ) {
+        let rows_max = Self::tile_rows::<S>();
+        let (va, _) = self.vectors();
+        let (ka, kb) = (self.ka, self.kb);
+        let k = ka + kb;
+        let panel_len = self.panel_len();
+        let split = ka * va * self.lanes;
+        let width = SLOTS * self.lanes;
+        let acc = &mut scratch[..rows * width];
+        // The chunks, as (segment b?, first k of the segment, last k).
+        let kc = self.k_chunk;
+        let chunks = (0..ka)
+            .step_by(kc)
+            .map(|k0| (false, k0, (k0 + kc).min(ka)))
+            .chain((0..kb).step_by(kc).map(|k0| (true, k0, (k0 + kc).min(kb))));
+        let chunks: Vec<(bool, usize, usize)> = chunks.collect();
+        for j in 0..self.panels {
+            let panel = &self.data[j * panel_len..(j + 1) * panel_len];
+            let (pa, pb) = panel.split_at(split);
+            let (pa, pb) = (T::vectors::<S>(pa), T::vectors::<S>(pb));
+            for (c, &(in_b, k0, k1)) in chunks.iter().enumerate() {
+                let init = c == 0;
+                let (seg, offset) = if in_b { (pb, ka) } else { (pa, 0) };
+                let panel = &seg[k0 * va..k1 * va];
+                let mut first = 0;
+                while first < rows {
+                    let mr = rows_max.min(rows - first);
+                    let block = &lhs[first * k..(first + mr) * k];
+                    let block = &block[(offset + k0) * mr..(offset + k1) * mr];
+                    let out = &mut acc[first * width..(first + mr) * width];
+                    macro_rules! chunk {
+                        ($mr:literal, $v:literal, $split:literal) => {
+                            if $split && in_b {
+                                chunk::<S, T, $mr, $v, true>(simd, block, panel, out, init)
+                            } else {
+                                chunk::<S, T, $mr, $v, false>(simd, block, panel, out, init)
+                            }
+                        };
+                    }
+                    match (va, mr) {
+                        (3, 1) => chunk!(1, 3, true),
+                        (3, 2) => chunk!(2, 3, true),
+                        (3, 3) => chunk!(3, 3, true),
+                        (3, 4) => chunk!(4, 3, true),
+                        (3, 5) => chunk!(5, 3, true),
+                        (3, _) => chunk!(6, 3, true),
+                        (_, 1) => chunk!(1, 4, false),
+                        (_, 2) => chunk!(2, 4, false),
+                        (_, 3) => chunk!(3, 4, false),
+                        (_, 4) => chunk!(4, 4, false),
+                        (_, 5) => chunk!(5, 4, false),
+                        (_, _) => chunk!(6, 4, false),
+                    }
+                    first += mr;
+                }
+            }
+            let mut first = 0;
+            while first < rows {
+                let mr = rows_max.min(rows - first);
+                epilogue(first, mr, j, &acc[first * width..(first + mr) * width]);
+                first += mr;
+            }
+        }
+    }
+}
+
+/// One chunk of the reduction of a block of `MR` rows (`lhs`, `[kc][MR]`) with a chunk of
+/// a panel (`[kc][V]` vectors) into the `MR × 4` accumulators kept in `acc`
+/// (`[MR][4][L]`): zero first when `init` (Note [Reduction chunks]); with `SPLIT`, the
+/// panel's vector 2 goes to slot 3 (GRU's state part of `n`).
+#[inline(always)]
+fn chunk<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
+    simd: S,
+    lhs: &[T],
+    panel: &[T::V<S>],
+    acc: &mut [T],
+    init: bool,
+) {
+    let out = T::vectors_mut::<S>(acc);
+    let mut regs = [[T::splat(simd, T::ZERO); SLOTS]; MR];
+    if !init {
+        for r in 0..MR {
+            for s in 0..SLOTS {
+                regs[r][s] = out[r * SLOTS + s];
+            }
+        }
+    }
+    let kc = panel.len() / V;
+    segment::<S, T, MR, V, SPLIT>(simd, &mut regs, &lhs[..kc * MR], &panel[..kc * V]);
+    for r in 0..MR {
+        for s in 0..SLOTS {
+            out[r * SLOTS + s] = regs[r][s];
         }
     }
 }
@@ -589,53 +739,60 @@ mod tests {
                     let h = values(rows * p, 4.0);
                     let xa: Vec<&[f64]> = (0..rows).map(|r| &x[r * i..(r + 1) * i]).collect();
                     let hb: Vec<&[f64]> = h.chunks(p).collect();
-                    let packed = Packed::gates(
-                        level,
-                        (i > 0).then_some((&w_ih[..], i)),
-                        &w_hh,
-                        gates,
-                        hidden,
-                        p,
-                    );
-                    let mut seen = vec![0usize; rows * n * 2];
-                    run_tiles(&packed, &xa, &hb, |r, col, [sa, sb], got| {
-                        let mut want = 0.0;
-                        if sa {
-                            want += (0..i)
-                                .map(|k| x[r * i + k] * w_ih[col * i + k])
-                                .sum::<f64>();
-                        }
-                        if sb {
-                            want += (0..p)
-                                .map(|k| h[r * p + k] * w_hh[col * p + k])
-                                .sum::<f64>();
-                        }
-                        assert!(
+                    // One chunk, and chunks of 1, 2 and 5 reduction steps (Note [Reduction
+                    // chunks]), which cut both segments and leave remainders.
+                    for k_chunk in [usize::MAX, 1, 2, 5] {
+                        let packed = Packed::gates(
+                            level,
+                            (i > 0).then_some((&w_ih[..], i)),
+                            &w_hh,
+                            gates,
+                            hidden,
+                            p,
+                        )
+                        .with_k_chunk(k_chunk);
+                        let mut seen = vec![0usize; rows * n * 2];
+                        run_tiles(&packed, &xa, &hb, |r, col, [sa, sb], got| {
+                            let mut want = 0.0;
+                            if sa {
+                                want += (0..i)
+                                    .map(|k| x[r * i + k] * w_ih[col * i + k])
+                                    .sum::<f64>();
+                            }
+                            if sb {
+                                want += (0..p)
+                                    .map(|k| h[r * p + k] * w_hh[col * p + k])
+                                    .sum::<f64>();
+                            }
+                            assert!(
                             (got - want).abs() < 1e-12,
-                            "{level:?} G {gates} H {hidden} I {i} row {r} col {col}: {got} vs {want}"
+                            "{level:?} G {gates} H {hidden} I {i} chunk {k_chunk} row {r} col {col}: {got} vs {want}"
                         );
-                        seen[(r * n + col) * 2 + usize::from(!sa)] += 1;
-                    });
-                    for (idx, &count) in seen.iter().enumerate() {
-                        // GRU's n gate: one slot per segment; every other column: one slot.
-                        let (col, part) = ((idx / 2) % n, idx % 2);
-                        let split_n = gates == 3 && col >= 2 * hidden;
-                        let expected = usize::from(part == 0 || split_n);
-                        assert_eq!(count, expected, "{level:?} G {gates}: output {idx}");
+                            seen[(r * n + col) * 2 + usize::from(!sa)] += 1;
+                        });
+                        for (idx, &count) in seen.iter().enumerate() {
+                            // GRU's n gate: one slot per segment; every other column: one slot.
+                            let (col, part) = ((idx / 2) % n, idx % 2);
+                            let split_n = gates == 3 && col >= 2 * hidden;
+                            let expected = usize::from(part == 0 || split_n);
+                            assert_eq!(count, expected, "{level:?} G {gates}: output {idx}");
+                        }
                     }
                     // Plain columns: h · W with W `[p, n]`.
                     let w = values(p * n, 5.0);
-                    let packed = Packed::columns(level, &w, p, n);
-                    let mut seen = vec![0usize; rows * n];
-                    run_tiles(&packed, &[], &hb, |r, col, _, got| {
-                        let want: f64 = (0..p).map(|k| h[r * p + k] * w[k * n + col]).sum();
-                        assert!(
-                            (got - want).abs() < 1e-12,
-                            "{level:?} columns row {r} col {col}"
-                        );
-                        seen[r * n + col] += 1;
-                    });
-                    assert!(seen.iter().all(|&c| c == 1));
+                    for k_chunk in [usize::MAX, 2] {
+                        let packed = Packed::columns(level, &w, p, n).with_k_chunk(k_chunk);
+                        let mut seen = vec![0usize; rows * n];
+                        run_tiles(&packed, &[], &hb, |r, col, _, got| {
+                            let want: f64 = (0..p).map(|k| h[r * p + k] * w[k * n + col]).sum();
+                            assert!(
+                                (got - want).abs() < 1e-12,
+                                "{level:?} columns row {r} col {col}"
+                            );
+                            seen[r * n + col] += 1;
+                        });
+                        assert!(seen.iter().all(|&c| c == 1));
+                    }
                 }
             }
         }

@@ -61,6 +61,9 @@ pub(crate) struct Plan<'d> {
     /// The input projection forced on the calling thread, if any (Note [Input projection]
     /// in `super::projection`).
     pub(crate) projection: Option<InputProjection>,
+    /// The reduction chunk forced on the calling thread, if any (Note [Reduction chunks]
+    /// in `super::packed`).
+    pub(crate) k_chunk: Option<usize>,
 }
 
 impl core::ops::Deref for Plan<'_> {
@@ -87,6 +90,7 @@ impl<'d> Plan<'d> {
             threads: rayon::current_num_threads().max(1),
             level: SimdLevel::current(),
             projection: InputProjection::forced(),
+            k_chunk: super::projection::forced_k_chunk(),
         }
     }
 

@@ -40,6 +40,8 @@ struct Key {
     element: TypeId,
     level: SimdLevel,
     spec: RnnSpec,
+    /// A forced reduction chunk (Note [Reduction chunks] in `super::packed`).
+    k_chunk: Option<usize>,
 }
 
 struct Entry {
@@ -68,6 +70,7 @@ pub(crate) fn pack_all<T: Lane>(plan: &Plan<'_>, w: &[T]) -> Vec<Packed<T>> {
                 plan.h,
                 plan.p,
             )
+            .blocked(plan.k_chunk)
         })
         .collect()
 }
@@ -85,6 +88,7 @@ pub(crate) fn packed_for_step<T: Lane, W: Clone + Send + Sync + 'static>(
         element: TypeId::of::<T>(),
         level: plan.level,
         spec: plan.spec,
+        k_chunk: plan.k_chunk,
     };
     let mut cache = CACHE
         .lock()

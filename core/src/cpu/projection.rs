@@ -1,5 +1,8 @@
-//! Where the forward computes a step's input projection `x_t · W_ih^T`: inside the step's
-//! product, or ahead of the steps, for a block of steps in one GEMM.
+//! The kernel's blocking choices, from what the CPU reports and the call's sizes: where the
+//! forward computes a step's input projection `x_t · W_ih^T` (inside the step's product, or
+//! ahead of the steps, for a block of steps in one GEMM), and how the step products chunk
+//! their reduction (Note [Reduction chunks] in `super::packed`). Each can be forced, per
+//! thread for tests and per process for benchmarks.
 //!
 //! # Note [Input projection]
 //!
@@ -106,6 +109,52 @@ pub fn with_input_projection<R>(projection: InputProjection, f: impl FnOnce() ->
     }
     let _restore = Restore(FORCED.with(|c| c.replace(Some(projection))));
     f()
+}
+
+thread_local! {
+    static FORCED_K_CHUNK: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// The reduction chunk forced on this thread ([`with_k_chunk`]) or by
+/// `BURN_FUSED_RNN_K_CHUNK` (steps; `0`: one chunk), if any.
+pub fn forced_k_chunk() -> Option<usize> {
+    FORCED_K_CHUNK.with(Cell::get).or_else(|| {
+        static ENV: OnceLock<Option<usize>> = OnceLock::new();
+        *ENV.get_or_init(|| {
+            let value = std::env::var("BURN_FUSED_RNN_K_CHUNK").ok()?;
+            match value.trim().parse::<usize>() {
+                Ok(0) => Some(usize::MAX),
+                Ok(k) => Some(k),
+                Err(_) => {
+                    eprintln!(
+                        "burn-fused-rnn: BURN_FUSED_RNN_K_CHUNK={value}: expected a number of steps (0: one chunk); chosen from the L1"
+                    );
+                    None
+                }
+            }
+        })
+    })
+}
+
+/// Runs `f` with every fused call that `f` makes from this thread running the step
+/// products' reduction in chunks of `k_chunk` steps (`usize::MAX`: one chunk), instead of
+/// the chunk chosen from the L1 size (Note [Reduction chunks] in `super::packed`).
+pub fn with_k_chunk<R>(k_chunk: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FORCED_K_CHUNK.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(FORCED_K_CHUNK.with(|c| c.replace(Some(k_chunk.max(1)))));
+    f()
+}
+
+/// Reduction steps per chunk of the step products (Note [Reduction chunks] in
+/// `super::packed`): `forced`, else as many steps as fill half the L1 (`bytes_per_k` bytes
+/// of the panel each), at least 16.
+pub(crate) fn k_chunk(forced: Option<usize>, bytes_per_k: usize, cache: CacheSizes) -> usize {
+    forced.unwrap_or_else(|| (cache.l1 / 2 / bytes_per_k.max(1)).max(16))
 }
 
 /// The cache sizes of this CPU in bytes (L1 data, L2, L3 per the detection of the `gemm`
@@ -216,6 +265,27 @@ mod tests {
         // Huge steps: still 128 rows.
         assert_eq!(block_steps([50, 64, 16384, 4], ZEN4), 2);
         assert_eq!(block_steps([50, 512, 16384, 4], ZEN4), 1);
+    }
+
+    #[test]
+    fn chunks_fill_half_the_l1() {
+        // LSTM/RNN f32 AVX-512 panels: 4 vectors of 64 bytes per step; 32 KiB of L1.
+        assert_eq!(k_chunk(None, 256, ZEN4), 64);
+        assert_eq!(
+            k_chunk(
+                None,
+                256,
+                CacheSizes {
+                    l1: 48 << 10,
+                    ..ZEN4
+                }
+            ),
+            96
+        );
+        // Wide f64 panels on a small L1: at least 16.
+        assert_eq!(k_chunk(None, 4096, ZEN4), 16);
+        assert_eq!(k_chunk(Some(3), 256, ZEN4), 3);
+        assert_eq!(with_k_chunk(5, forced_k_chunk), Some(5));
     }
 
     #[test]
