@@ -277,7 +277,12 @@ impl<T: Lane> Packed<T> {
     /// The same weights, the product chunked for this CPU's L1, or as forced
     /// (`forced`, captured by the plan: Note [Reduction chunks]).
     pub(crate) fn blocked(self, forced: Option<usize>) -> Self {
-        let kc = super::projection::k_chunk(forced, self.bytes_per_k(), CacheSizes::detected());
+        let kc = super::projection::k_chunk(
+            forced,
+            self.level,
+            self.bytes_per_k(),
+            CacheSizes::detected(),
+        );
         self.with_k_chunk(kc)
     }
 
@@ -534,6 +539,14 @@ impl<T: Lane> Packed<T> {
     /// chunk does each tile's epilogue (the cell update) run. The sums are the same, in the
     /// same order except for single-row tiles (whose even and odd steps are summed apart
     /// within each chunk); the tests force chunks of a few steps at every level.
+    ///
+    /// Measured (docs/BENCHMARKS.md, "Reduction chunks"): on an Intel Xeon (Emerald Rapids
+    /// class, AVX-512) the chunks made the LSTM H256 B32 forward 0.94× and the LSTM H512 B64
+    /// forward 0.81× the time of one chunk; on an AMD EPYC (Zen 4), whose AVX-512
+    /// multiply-adds are double-pumped (one per cycle), the LSTM rows were unchanged and the
+    /// GRU forward 1.06×. So AVX-512 on a double-pumped core (AMD family 19h, read from
+    /// CPUID: `projection::double_pumped_avx512`) runs one chunk, and every other level and
+    /// CPU chunks (`projection::k_chunk`).
     #[inline(always)]
     fn tiles_chunked<S: Simd>(
         &self,

@@ -49,6 +49,8 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
+use super::simd::SimdLevel;
+
 /// Where the input projection runs (Note [Input projection]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum InputProjection {
@@ -150,11 +152,49 @@ pub fn with_k_chunk<R>(k_chunk: usize, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Reduction steps per chunk of the step products (Note [Reduction chunks] in
-/// `super::packed`): `forced`, else as many steps as fill half the L1 (`bytes_per_k` bytes
-/// of the panel each), at least 16.
-pub(crate) fn k_chunk(forced: Option<usize>, bytes_per_k: usize, cache: CacheSizes) -> usize {
-    forced.unwrap_or_else(|| (cache.l1 / 2 / bytes_per_k.max(1)).max(16))
+/// Reduction steps per chunk of the step products at `level` (Note [Reduction chunks] in
+/// `super::packed`): `forced`, else one chunk where AVX-512 multiply-adds are
+/// double-pumped ([`double_pumped_avx512`]), else as many steps as fill half the L1
+/// (`bytes_per_k` bytes of the panel each), at least 16.
+pub(crate) fn k_chunk(
+    forced: Option<usize>,
+    level: SimdLevel,
+    bytes_per_k: usize,
+    cache: CacheSizes,
+) -> usize {
+    forced.unwrap_or_else(|| {
+        if level == SimdLevel::Avx512 && double_pumped_avx512() {
+            usize::MAX
+        } else {
+            chunk_for_l1(bytes_per_k, cache)
+        }
+    })
+}
+
+/// Steps of `bytes_per_k` bytes that fill half the L1, at least 16.
+fn chunk_for_l1(bytes_per_k: usize, cache: CacheSizes) -> usize {
+    (cache.l1 / 2 / bytes_per_k.max(1)).max(16)
+}
+
+/// Whether this CPU runs a 512-bit multiply-add as two 256-bit halves (AMD's Zen 4,
+/// family 19h: one 512-bit multiply-add per cycle), read once from CPUID.
+pub fn double_pumped_avx512() -> bool {
+    static DOUBLE: OnceLock<bool> = OnceLock::new();
+    *DOUBLE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let cpuid = raw_cpuid::CpuId::new();
+            let amd = cpuid
+                .get_vendor_info()
+                .is_some_and(|v| v.as_str() == "AuthenticAMD");
+            let family = cpuid.get_feature_info().map(|f| f.family_id());
+            amd && family == Some(0x19)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
 }
 
 /// The cache sizes of this CPU in bytes (L1 data, L2, L3 per the detection of the `gemm`
@@ -270,21 +310,19 @@ mod tests {
     #[test]
     fn chunks_fill_half_the_l1() {
         // LSTM/RNN f32 AVX-512 panels: 4 vectors of 64 bytes per step; 32 KiB of L1.
-        assert_eq!(k_chunk(None, 256, ZEN4), 64);
-        assert_eq!(
-            k_chunk(
-                None,
-                256,
-                CacheSizes {
-                    l1: 48 << 10,
-                    ..ZEN4
-                }
-            ),
-            96
-        );
+        assert_eq!(chunk_for_l1(256, ZEN4), 64);
+        let spr = CacheSizes {
+            l1: 48 << 10,
+            ..ZEN4
+        };
+        assert_eq!(chunk_for_l1(256, spr), 96);
         // Wide f64 panels on a small L1: at least 16.
-        assert_eq!(k_chunk(None, 4096, ZEN4), 16);
-        assert_eq!(k_chunk(Some(3), 256, ZEN4), 3);
+        assert_eq!(chunk_for_l1(4096, ZEN4), 16);
+        // AVX2 and portable always chunk; AVX-512 unless double-pumped.
+        assert_eq!(k_chunk(None, SimdLevel::Avx2, 128, ZEN4), 128);
+        let avx512 = k_chunk(None, SimdLevel::Avx512, 256, ZEN4);
+        assert_eq!(avx512 == usize::MAX, double_pumped_avx512());
+        assert_eq!(k_chunk(Some(3), SimdLevel::Avx512, 256, ZEN4), 3);
         assert_eq!(with_k_chunk(5, forced_k_chunk), Some(5));
     }
 
