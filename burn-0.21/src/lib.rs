@@ -48,6 +48,10 @@ pub use op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 pub use ops::{fused_rnn, reserve_bytes, FusedRnnOutput};
 pub use spec::{InputMode, RnnMode, RnnSpec};
 
+/// Runs a closure with the native CPU kernel's step products reducing in chunks of a given
+/// number of steps (by default chosen from the L1 size and the CPU: the core crate's Note
+/// [Reduction chunks]; for a process, `BURN_FUSED_RNN_K_CHUNK`).
+pub use burn_fused_rnn_core::cpu::projection::with_k_chunk;
 /// Where the native CPU kernel computes the input projection: fused into each step, or
 /// ahead for a block of steps (chosen per call from the rows per thread and the SIMD
 /// level; forced on a thread with [`with_input_projection`], or for a process with

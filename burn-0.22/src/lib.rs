@@ -3,6 +3,10 @@
 //! cuDNN) weights. The repository's README says what this line has and what it does not
 //! have yet, beside the Burn 0.21 line.
 //!
+//! A unidirectional module also decodes step by step: [`FusedRnn::prepare`] builds its
+//! flat weights once, and each [`PreparedRnn::step`] runs every layer for one step as one
+//! fused call (Note [Step-by-step decoding] on [`PreparedRnn`]).
+//!
 //! A model holding the layer where PyTorch's holds an `nn.LSTM` loads PyTorch's state_dict
 //! with burn-store (Note [Parameter names] on [`FusedRnn`]), runs it, and saves it:
 //!
@@ -70,6 +74,7 @@ mod native;
 pub mod nn;
 pub mod ops;
 pub mod reference;
+mod step;
 
 // The Burn-free core (crate `burn-fused-rnn-core`), under the paths the 0.21 line uses.
 pub use burn_fused_rnn_core::{descriptor, layout, random, spec};
@@ -80,7 +85,12 @@ pub use layout::{params_size, ParamKind, RnnLayout};
 pub use module::{FusedRnn, RnnState};
 pub use ops::{fused_rnn, route_of, FusedRnnOutput, Route};
 pub use spec::{InputMode, RnnMode, RnnSpec};
+pub use step::PreparedRnn;
 
+/// Runs a closure with the native CPU kernel's step products reducing in chunks of a given
+/// number of steps (by default chosen from the L1 size and the CPU: the core crate's Note
+/// [Reduction chunks]; for a process, `BURN_FUSED_RNN_K_CHUNK`).
+pub use burn_fused_rnn_core::cpu::projection::with_k_chunk;
 /// Where the native CPU kernel computes the input projection: fused into each step, or
 /// ahead for a block of steps (chosen per call from the rows per thread and the SIMD
 /// level; forced on a thread with [`with_input_projection`], or for a process with

@@ -402,7 +402,11 @@ impl FusedRnn {
     }
 }
 
-fn split_state(spec: &RnnSpec, state: Option<RnnState>) -> (Option<Tensor<3>>, Option<Tensor<3>>) {
+/// The initial states of a call from `state` (an LSTM's must hold a cell state).
+pub(crate) fn split_state(
+    spec: &RnnSpec,
+    state: Option<RnnState>,
+) -> (Option<Tensor<3>>, Option<Tensor<3>>) {
     match state {
         Some(RnnState { hidden, cell: None }) if spec.mode.has_cell_state() => panic!(
             "expected state.cell, the initial cell state [L*D, batch_size, H] of an LSTM, got \

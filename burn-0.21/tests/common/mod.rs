@@ -6,7 +6,9 @@ use std::sync::OnceLock;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Element, Tensor, TensorData};
-use burn_fused_rnn::{with_input_projection, with_simd_level, InputProjection, SimdLevel};
+use burn_fused_rnn::{
+    with_input_projection, with_k_chunk, with_simd_level, InputProjection, SimdLevel,
+};
 use burn_fused_rnn::{
     DropoutSpec, FusedRnn, FusedRnnBackend, FusedRnnConfig, InputMode, RnnDescriptor, RnnInputs,
     RnnLayout, RnnMode,
@@ -65,9 +67,12 @@ pub fn at_every_simd_level(test: &str, mut f: impl FnMut(SimdLevel)) {
     for level in SimdLevel::ALL {
         if level.is_available() {
             // Both input projections (Note [Input projection] in the core's `cpu::projection`).
+            // And the step products' reduction in chunks of 3 steps (the core's Note
+            // [Reduction chunks]; at these sizes the default is one chunk).
             for projection in InputProjection::ALL {
                 with_simd_level(level, || with_input_projection(projection, || f(level)));
             }
+            with_simd_level(level, || with_k_chunk(3, || f(level)));
         } else {
             println!(
                 "SKIPPED {test} at SIMD level {}: this CPU lacks it",

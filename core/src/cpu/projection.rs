@@ -20,7 +20,7 @@
 //!   weights at I = H) and the cell adds the step's projected row where it would add the
 //!   bias. This is what cuDNN, oneDNN and ONNX Runtime do. It costs a buffer of
 //!   `steps·nb·G·H` values, which the steps read back while it is still in cache: blocks
-//!   of steps keep it to [`block_steps`] (a few times the L2), not `T`.
+//!   of steps keep it to [`block_steps`] (one core's L2), whatever `T`.
 //!
 //! Which one wins was measured, not guessed (docs/BENCHMARKS.md, "Input projection"):
 //! it depends on how many rows one thread's scan carries (`nb`: the batch split over the
@@ -247,12 +247,13 @@ pub(crate) fn choose(
 }
 
 /// Steps per block of `Ahead` (Note [Input projection]): the block's projected rows
-/// (`batch · gh` elements of `elem` bytes per step) within four times one core's L2, so
-/// that the steps read them back from cache, but at least enough steps for 128 rows (a
+/// (`batch · gh` elements of `elem` bytes per step) within one core's L2, so that the steps
+/// read them back from cache and the buffer stays a constant (memory grows with `T` only
+/// through what the call returns and keeps), but at least enough steps for 128 rows (a
 /// product tall enough to run near peak), and at most `steps`.
 pub(crate) fn block_steps([steps, batch, gh, elem]: [usize; 4], cache: CacheSizes) -> usize {
     let per_step = batch.saturating_mul(gh).saturating_mul(elem).max(1);
-    let by_cache = (4 * cache.l2) / per_step;
+    let by_cache = cache.l2 / per_step;
     let by_rows = 128usize.div_ceil(batch.max(1));
     by_cache.max(by_rows).clamp(1, steps.max(1))
 }
@@ -299,9 +300,13 @@ mod tests {
 
     #[test]
     fn blocks_stay_in_cache_but_tall_enough() {
-        // 32 rows of 1024 f32 = 128 KiB per step: 32 steps in 4 MiB.
-        assert_eq!(block_steps([50, 32, 1024, 4], ZEN4), 32);
-        assert_eq!(block_steps([10, 32, 1024, 4], ZEN4), 10);
+        // 2 rows of 1024 f32 = 8 KiB per step: 128 steps in 1 MiB.
+        assert_eq!(block_steps([500, 2, 1024, 4], ZEN4), 128);
+        assert_eq!(block_steps([10, 2, 1024, 4], ZEN4), 10);
+        // 32 rows = 128 KiB per step: 8 steps in 1 MiB, 4 make the 128 rows.
+        assert_eq!(block_steps([50, 32, 1024, 4], ZEN4), 8);
+        // B = 1, H = 32 (LSTM): 512 bytes per step, 2048 steps, however long the sequence.
+        assert_eq!(block_steps([10_000, 1, 128, 4], ZEN4), 2048);
         // Huge steps: still 128 rows.
         assert_eq!(block_steps([50, 64, 16384, 4], ZEN4), 2);
         assert_eq!(block_steps([50, 512, 16384, 4], ZEN4), 1);

@@ -1,0 +1,114 @@
+//! Times the native kernel alone on slices (no Burn), for A/B comparisons on a noisy
+//! machine: run it alternately under two settings (or two builds) and compare medians.
+//! docs/BENCHMARKS.md ("Where the choices come from") was measured this way; the criterion
+//! benchmarks (`benches/kernel.rs` here, `benches/cpu.rs` in the front-ends) are the
+//! reference tables.
+//!
+//! ```sh
+//! # 10 timed runs (after 2 warm-up runs) of each configuration, median in ms:
+//! RAYON_NUM_THREADS=2 taskset -c 0,1 cargo run --release -p burn-fused-rnn-core \
+//!     --example kernel_times -- 10 lstm,256,32,50,fwd gru,256,32,50,train lstm,256,32,100,fwd,2,bi
+//! # the same with a blocking choice forced (Note [Input projection], Note [Reduction chunks]):
+//! BURN_FUSED_RNN_PROJECTION=ahead BURN_FUSED_RNN_K_CHUNK=0 cargo run --release ...
+//! ```
+//!
+//! A configuration is `mode,H,B,T,pass[,layers[,bi]]`: mode `lstm`, `gru`, `tanh` or
+//! `relu`; I = H; pass `fwd` (inference), `fwdtrain` (a training forward, which keeps the
+//! reserve) or `train` (forward + backward). `BF=0` makes the input time-major (default
+//! batch-first).
+
+use std::time::Instant;
+
+use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
+use burn_fused_rnn_core::random::SplitMix64;
+use burn_fused_rnn_core::{DropoutSpec, RnnDescriptor, RnnMode, RnnSpec};
+
+fn values(n: usize, seed: u64, scale: f64) -> Vec<f32> {
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| rng.next_symmetric(scale) as f32).collect()
+}
+
+fn parse(spec: &str) -> (RnnDescriptor, String) {
+    let f: Vec<&str> = spec.split(',').collect();
+    assert!(
+        f.len() >= 5,
+        "expected mode,H,B,T,pass[,layers[,bi]], got {spec}"
+    );
+    let mode = match f[0] {
+        "lstm" => RnnMode::Lstm,
+        "gru" => RnnMode::Gru,
+        "tanh" => RnnMode::RnnTanh,
+        "relu" => RnnMode::RnnRelu,
+        other => panic!("expected a mode lstm, gru, tanh or relu, got {other}"),
+    };
+    let number = |i: usize| -> usize {
+        f[i].parse()
+            .unwrap_or_else(|_| panic!("expected a number in {spec}, got {}", f[i]))
+    };
+    let (h, batch, seq) = (number(1), number(2), number(3));
+    let layers = if f.len() > 5 { number(5) } else { 1 };
+    let spec_ = RnnSpec {
+        num_layers: layers,
+        bidirectional: f.get(6) == Some(&"bi"),
+        ..RnnSpec::new(mode, h, h)
+    };
+    let batch_first = std::env::var("BF").map_or(true, |v| v != "0");
+    let desc = RnnDescriptor::new(spec_, seq, batch, batch_first, None, DropoutSpec::NONE);
+    (desc, f[4].to_string())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: kernel_times <runs> <mode,H,B,T,pass[,layers[,bi]]>...";
+    let runs: usize = args.first().and_then(|r| r.parse().ok()).expect(usage);
+    assert!(args.len() > 1, "{usage}");
+    for spec in &args[1..] {
+        let (desc, pass) = parse(spec);
+        let h = desc.spec.d_hidden;
+        let x = values(desc.input_shape().iter().product(), 1, 1.0);
+        let w = values(desc.params_size(), 2, 1.0 / (h as f64).sqrt());
+        let dy = values(desc.output_shape().iter().product(), 3, 1.0);
+        let inputs = HostInputs {
+            x: &x,
+            h0: None,
+            c0: None,
+            w: &w,
+        };
+        let len = cpu::reserve_len(&desc, false);
+        let mut times = Vec::with_capacity(runs);
+        for run in 0..runs + 2 {
+            let start = Instant::now();
+            match pass.as_str() {
+                "fwd" => {
+                    std::hint::black_box(cpu::forward(&desc, &inputs, None::<&()>, false, false));
+                }
+                "fwdtrain" => {
+                    std::hint::black_box(cpu::forward(&desc, &inputs, None::<&()>, true, false));
+                }
+                "train" => {
+                    let (out, reserve) = cpu::forward(&desc, &inputs, None::<&()>, true, false);
+                    let mut reserve = reserve.expect("a training forward keeps a reserve");
+                    let grads = OutputGrads {
+                        dy: Some(&dy),
+                        dh_n: None,
+                        dc_n: None,
+                    };
+                    std::hint::black_box(cpu::backward(
+                        &desc,
+                        &inputs,
+                        &out.y,
+                        &mut reserve[..len],
+                        false,
+                        &grads,
+                    ));
+                }
+                other => panic!("expected a pass fwd, fwdtrain or train, got {other}"),
+            }
+            if run >= 2 {
+                times.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        println!("{spec} {:.3}", times[times.len() / 2]);
+    }
+}
