@@ -20,23 +20,23 @@
 //!   weights at I = H) and the cell adds the step's projected row where it would add the
 //!   bias. This is what cuDNN, oneDNN and ONNX Runtime do. It costs a buffer of
 //!   `steps·nb·G·H` values, which the steps read back while it is still in cache: blocks
-//!   of steps keep it to [`block_steps`] (one core's L2), whatever `T`.
+//!   of steps keep it to `block_steps` (one core's L2), whatever `T`.
 //!
 //! Which one wins was measured, not guessed (docs/BENCHMARKS.md, "Input projection"):
 //! it depends on how many rows one thread's scan carries (`nb`: the batch split over the
 //! threads, Note [Fused step] in `super::forward`), against the microkernel's tile height
-//! `MR` (6 rows at AVX-512, 3 at AVX2 and portable: [`super::packed::tile_rows`]). With
+//! `MR` (6 rows at AVX-512, 3 at AVX2 and portable: `packed::tile_rows`). With
 //! `nb` near `MR` or above, the kernel is bound by its multiply-adds and the fused pass,
 //! which reads each input row once with no buffer, is as fast or faster (LSTM H256 B32,
 //! 2 threads: 9.2 ms fused against 10.4 ahead). With a row or two per thread, each `k`
 //! loads four vectors of weights for as many multiply-adds per row, so the step is bound
 //! by its loads and half its weights (`W_ih`) are better read once, by the GEMM, for the
 //! whole block (LSTM H256 B1 T100: 3.35 ms fused against 2.30 ahead; GRU 2.71 against
-//! 1.66). So [`choose`] takes `Ahead` when `nb ≤ MR / 3` (2 rows at AVX-512, 1 at AVX2),
+//! 1.66). So `choose` takes `Ahead` when `nb ≤ MR / 3` (2 rows at AVX-512, 1 at AVX2),
 //! from what the machine reports (its SIMD level) and the call's sizes; a first version
 //! that chose by whether the packed `[W_ih | W_hh]` fits in the L2 was slower at B32
 //! (1.2–1.5×) and was dropped. The block of steps projected at once is sized from the L2
-//! the CPU reports ([`block_steps`], read by the `gemm` crate's detection,
+//! the CPU reports (`block_steps`, read by the `gemm` crate's detection,
 //! `gemm_common::cache::CACHE_INFO`). A one-step call (decoding) and a prepared network
 //! always run `Fused` (no block of steps to project), and so does skip input (no `W_ih`).
 //!
@@ -73,7 +73,7 @@ impl InputProjection {
     }
 
     /// The one forced on this thread ([`with_input_projection`]) or by
-    /// `BURN_FUSED_RNN_PROJECTION`, if any; `None`: chosen per layer ([`choose`]).
+    /// `BURN_FUSED_RNN_PROJECTION`, if any; `None`: chosen per layer (Note [Input projection]).
     pub fn forced() -> Option<InputProjection> {
         FORCED.with(Cell::get).or_else(from_env)
     }
