@@ -17,7 +17,7 @@ use std::sync::{Mutex, MutexGuard};
 use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
-use burn_fused_rnn::testing::Tolerance;
+use burn_fused_rnn::testing::tolerance;
 use burn_fused_rnn::{
     cube, reference, DropoutSpec, FusedRnnBackend, FusedRnnConfig, InputMode, RnnDescriptor,
     RnnInputs, RnnMode, RnnOutputGrads, RnnReserve,
@@ -203,7 +203,7 @@ fn expected(case: &Case) -> Vec<(&'static str, Vec<f64>)> {
 }
 
 fn assert_close(what: &str, got: &[(&str, Vec<f64>)], expected: &[(&str, Vec<f64>)]) {
-    let tol = Tolerance::for_dtype(DType::F32);
+    let tol = tolerance(DType::F32);
     assert_eq!(
         got.iter().map(|g| g.0).collect::<Vec<_>>(),
         expected.iter().map(|e| e.0).collect::<Vec<_>>(),

@@ -17,7 +17,7 @@ use burn::tensor::{DType, Distribution, Tensor, TensorData, TensorPrimitive};
 use burn_fused_rnn::cudnn::profile::{Op, Phase};
 use burn_fused_rnn::cudnn::{self, profile, RnnAlgorithm};
 use burn_fused_rnn::testing::{
-    assert_parity, assert_parity_with, parity_cases, Reference, Tolerance,
+    assert_parity, assert_parity_with, parity_cases, tolerance, Reference, Tolerance,
 };
 use burn_fused_rnn::{
     DropoutSpec, FusedRnn, FusedRnnBackend, FusedRnnConfig, RnnDescriptor, RnnInputs, RnnMode,
@@ -119,7 +119,7 @@ fn parity_suite_on_cuda_with_each_algorithm() {
         cudnn::set_algorithm(algorithm);
         let before = calls_per_algorithm();
         for dtype in [DType::F32, DType::F16] {
-            let tolerance = Tolerance::for_dtype(dtype).scaled(10.0);
+            let tolerance = tolerance(dtype).scaled(10.0);
             assert_parity_with::<CudaPlain>(&device, dtype, tolerance, |_| true);
         }
         let ran: Vec<String> = RnnAlgorithm::CONCRETE
@@ -324,7 +324,7 @@ fn f64_through_cudnn<B: FusedRnnBackend<Device = CudaDevice>>(backend: &str) {
             &format!("{backend} F64 {}", case.name()),
             &got,
             &expected,
-            Tolerance::for_dtype(DType::F64),
+            tolerance(DType::F64),
         );
     }
     // Inference forward, training forward, backward data, backward weights: every case ran
@@ -389,7 +389,7 @@ fn persistent_algorithms_match_the_reference_where_they_apply() {
                     // times the suite's tolerance (see `parity_suite_on_cuda_with_each_
                     // algorithm`; three times failed on an H200 for RNN-tanh H128 B8
                     // weight gradients under persist_static, 4.6e-5 off -1.3e-4).
-                    let tolerance = Tolerance::for_dtype(dtype).scaled(10.0);
+                    let tolerance = tolerance(dtype).scaled(10.0);
                     assert_close(&what, &got, &expected, tolerance);
                     let ran: Vec<&str> = RnnAlgorithm::CONCRETE
                         .iter()
@@ -611,7 +611,7 @@ fn auto_training_backward_runs_without_a_probe_under_a_reduced_memory_budget() {
         Some(1)
     );
     assert_eq!(ran_since(&before), ["persist_static_small_h"]);
-    let mut tolerance = Tolerance::for_dtype(DType::F32);
+    let mut tolerance = tolerance(DType::F32);
     tolerance.rtol *= 10.0;
     tolerance.atol *= 10.0;
     assert_close(
@@ -694,7 +694,7 @@ fn settings_changed_between_registration_and_execution_do_not_reach_a_fused_op()
         "inference y",
         &[("y", y)],
         &reference[..1],
-        Tolerance::for_dtype(DType::F32),
+        tolerance(DType::F32),
     );
 }
 
@@ -739,7 +739,7 @@ fn two_devices_from_one_thread() {
                 &format!("device {index}, round {round}"),
                 &got,
                 &expected,
-                Tolerance::for_dtype(DType::F32),
+                tolerance(DType::F32),
             );
         }
     }
@@ -777,7 +777,7 @@ fn persistent_algorithms_take_batch_first_input_as_it_is() {
                         "{} B{batch} {algorithm} batch_first={batch_first}",
                         mode.name()
                     );
-                    assert_close(&what, &got, &expected, Tolerance::for_dtype(DType::F32));
+                    assert_close(&what, &got, &expected, tolerance(DType::F32));
                     ran.push(ran_since(&before));
                     eprintln!("{test}: {what}: ran {:?}", ran.last().unwrap());
                 }

@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use burn::backend::cuda::CudaDevice;
 use burn::tensor::{DType, Tensor, TensorData};
-use burn_fused_rnn::testing::{assert_parity_with, Reference, Tolerance};
+use burn_fused_rnn::testing::{assert_parity_with, tolerance, Reference, Tolerance};
 use burn_fused_rnn::{
     cube, cudnn, fused_rnn, DropoutSpec, FusedRnnBackend, FusedRnnConfig, RnnDescriptor, RnnMode,
 };
@@ -64,7 +64,7 @@ fn parity<B: FusedRnnBackend<Device = CudaDevice>>(test: &str) {
         if B::supports_dtype(&device, dtype) {
             let tolerance = match dtype {
                 DType::F32 => Tolerance::TF32,
-                other => Tolerance::for_dtype(other),
+                other => tolerance(other),
             };
             assert_parity_with::<B>(&device, dtype, tolerance, |_| true);
         } else {

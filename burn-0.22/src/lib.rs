@@ -75,6 +75,8 @@ pub mod nn;
 pub mod ops;
 pub mod reference;
 mod step;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 // The Burn-free core (crate `burn-fused-rnn-core`), under the paths the 0.21 line uses.
 pub use burn_fused_rnn_core::{descriptor, layout, random, spec};

@@ -122,6 +122,16 @@ pub(crate) fn forward(
         }),
     };
     let padding = Padding::new(desc, &device);
+    // Zeros in `x`'s padded slots, by selection (Note [Padding never leaks]): the steps past
+    // a sequence's end are computed and then discarded by selection, which keeps their
+    // values out of the forward; but under autodiff the discarded branch still gets a zero
+    // gradient, and zero times the derivative of an activation at a NaN is NaN, which then
+    // reaches every gradient. With finite inputs there, every such product is zero. Later
+    // layers read outputs that are already zero past each end.
+    let x = match padding.all(x.dims()[2]) {
+        Some(invalid) => x.mask_fill(invalid, 0.0),
+        None => x,
+    };
 
     let mut layer_in = x;
     let mut h_n = Vec::with_capacity(spec.num_pseudo_layers());
@@ -298,6 +308,26 @@ impl Padding {
             invalid,
             device: device.clone(),
         }
+    }
+
+    /// `[T, B, width]`, true in the slots past each sequence's end; `None` when there are
+    /// none.
+    fn all(&self, width: usize) -> Option<Tensor<3, Bool>> {
+        if self.invalid.iter().all(Option::is_none) {
+            return None;
+        }
+        let batch = self.invalid.iter().flatten().next().map_or(0, Vec::len);
+        let values: Vec<bool> = self
+            .invalid
+            .iter()
+            .flat_map(|row| (0..batch).map(move |b| row.as_ref().is_some_and(|r| r[b])))
+            .flat_map(|v| std::iter::repeat_n(v, width))
+            .collect();
+        let shape = [self.invalid.len(), batch, width];
+        Some(Tensor::from_data(
+            TensorData::new(values, shape),
+            &self.device,
+        ))
     }
 
     /// `[B, width]`, true in the rows of sequences past their end at step `t`; `None` when

@@ -14,6 +14,8 @@
 //! - [`reserve`]: the tag that names which implementation wrote a training reserve;
 //! - [`gates`]: the gate orders of PyTorch/cuDNN, ONNX, Keras and TF1, and the reordering;
 //! - [`checksum`]: the checksum of the weights that checkpoints carry;
+//! - [`parity`]: the engine of the front-ends' backend-parity suites (the grid of cases,
+//!   their inputs, tolerances and the comparison);
 //! - [`cpu`] (feature `cpu-kernel`, on by default): the native CPU kernel on slices,
 //!   forward, backward and one-step calls, at every SIMD level.
 //!
@@ -39,6 +41,7 @@ pub mod dropout;
 pub mod gates;
 pub mod host;
 pub mod layout;
+pub mod parity;
 pub mod random;
 pub mod reserve;
 pub mod semantics;
