@@ -68,6 +68,7 @@ pub mod autodiff;
 pub mod checkpoint;
 pub mod config;
 mod dropout;
+pub mod interop;
 mod module;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 mod native;

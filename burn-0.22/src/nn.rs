@@ -71,7 +71,7 @@ fn check_activation(config: &str, field: &str, got: &ActivationConfig, expected:
 
 /// The canonical weights `[params_size]` of a one-layer network of `mode` whose
 /// directions hold `gates` (each in PyTorch's gate order).
-fn flat_weights(spec: &RnnSpec, gates: &[Vec<&GateController>]) -> Tensor<1> {
+pub(crate) fn flat_weights(spec: &RnnSpec, gates: &[Vec<&GateController>]) -> Tensor<1> {
     let layout = RnnLayout::new(*spec);
     let mut entries: Vec<_> = layout.entries().iter().collect();
     entries.sort_by_key(|e| e.offset);
