@@ -21,13 +21,7 @@ const TOL: Tol = Tol {
 /// Flex with its default float dtype F64 (burn-nn's layers draw their parameters and zero
 /// states in the device's default dtype). Set once, before this process makes a tensor.
 fn device() -> Device {
-    static CONFIGURED: std::sync::Once = std::sync::Once::new();
-    CONFIGURED.call_once(|| {
-        let mut flex = Device::flex();
-        flex.configure(burn::tensor::FloatDType::F64)
-            .expect("configure Flex before its first use");
-    });
-    Device::flex()
+    common::flex_f64()
 }
 
 fn random<const D: usize>(shape: [usize; D]) -> Tensor<D> {
@@ -343,11 +337,12 @@ fn what_the_fused_op_cannot_compute_is_refused_by_field() {
     assert_eq!(
         err,
         InteropError::Empty {
-            argument: "layers".into()
+            argument: "layers".into(),
+            what: "burn-nn layer".into()
         }
     );
     assert_eq!(
         err.to_string(),
-        "expected at least one burn-nn layer in layers, got none"
+        "layers: expected at least one burn-nn layer, got none"
     );
 }

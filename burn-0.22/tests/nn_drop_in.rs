@@ -22,13 +22,7 @@ const TOL: Tol = Tol {
 /// states and outputs in the device's default dtype, so F64 needs the default to be F64).
 /// Set once, before this process makes any tensor; every test here starts by calling it.
 fn device() -> Device {
-    static CONFIGURED: std::sync::Once = std::sync::Once::new();
-    CONFIGURED.call_once(|| {
-        let mut flex = Device::flex();
-        flex.configure(burn::tensor::FloatDType::F64)
-            .expect("configure Flex before its first use");
-    });
-    Device::flex().autodiff()
+    common::flex_f64().autodiff()
 }
 
 fn random<const D: usize>(shape: [usize; D]) -> Tensor<D> {

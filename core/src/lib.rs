@@ -13,6 +13,7 @@
 //!   every implementation draws bit for bit;
 //! - [`reserve`]: the tag that names which implementation wrote a training reserve;
 //! - [`gates`]: the gate orders of PyTorch/cuDNN, ONNX, Keras and TF1, and the reordering;
+//! - [`interop`]: ONNX, Keras and TF1 weights to and from canonical weights, on the host;
 //! - [`checksum`]: the checksum of the weights that checkpoints carry;
 //! - [`parity`]: the engine of the front-ends' backend-parity suites (the grid of cases,
 //!   their inputs, tolerances and the comparison);
@@ -40,6 +41,7 @@ pub mod descriptor;
 pub mod dropout;
 pub mod gates;
 pub mod host;
+pub mod interop;
 pub mod layout;
 pub mod parity;
 pub mod random;

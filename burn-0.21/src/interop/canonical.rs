@@ -12,6 +12,7 @@ use crate::config::FusedRnnConfig;
 use crate::layout::{param_name, ParamKind, RnnLayout};
 use crate::module::FusedRnn;
 use crate::spec::{InputMode, RnnMode};
+use burn_fused_rnn_core::interop::{HostTensor, Imported, InteropError as CoreError};
 
 /// Produces one canonical tensor, flattened row-major, when the module is built (so that a
 /// file's tensors are read only after every shape has been checked).
@@ -357,73 +358,6 @@ fn matrix(key: &str, shape: &[usize]) -> Result<[usize; 2], InteropError> {
     }
 }
 
-/// A tensor of `B`'s float element type from host data of any float dtype, with a check
-/// of its rank; `key` names it in errors.
-pub(crate) fn float_tensor<B: Backend, const D: usize>(
-    key: &str,
-    data: TensorData,
-    device: &B::Device,
-) -> Result<Tensor<B, D>, InteropError> {
-    if !data.dtype.is_float() {
-        return Err(InteropError::Dtype {
-            key: key.into(),
-            dtype: data.dtype,
-        });
-    }
-    if data.shape.num_dims() != D {
-        return Err(InteropError::Shape {
-            key: key.into(),
-            expected: vec![0; D],
-            got: data.shape.to_vec(),
-            context: format!("expected rank {D}"),
-        });
-    }
-    let dtype = <B::FloatElem as Element>::dtype();
-    Ok(Tensor::from_data(
-        data.convert_dtype(dtype),
-        (device, dtype),
-    ))
-}
-
-/// Checks that `got` is `expected` (`0` in `expected` matches any size).
-pub(crate) fn check_shape(
-    key: &str,
-    expected: &[usize],
-    got: &[usize],
-) -> Result<(), InteropError> {
-    let fits =
-        expected.len() == got.len() && expected.iter().zip(got).all(|(&e, &g)| e == 0 || e == g);
-    if fits {
-        Ok(())
-    } else {
-        let filled: Vec<usize> = expected
-            .iter()
-            .zip(got.iter().chain(std::iter::repeat(&0)))
-            .map(|(&e, &g)| if e == 0 { g } else { e })
-            .collect();
-        Err(InteropError::shape(key, &filled, got))
-    }
-}
-
-/// Reorders the `from.len()` equal gate blocks of `tensor` along `dim` from the order
-/// `from` into the order `to` (each a permutation of the same gate letters).
-pub(crate) fn permute_gates<B: Backend, const D: usize>(
-    tensor: Tensor<B, D>,
-    dim: usize,
-    from: &[char],
-    to: &[char],
-) -> Tensor<B, D> {
-    debug_assert_eq!(from.len(), to.len());
-    if from == to {
-        return tensor;
-    }
-    let blocks = tensor.chunk(from.len(), dim);
-    let order = burn_fused_rnn_core::gates::sources(from, to)
-        .into_iter()
-        .map(|i| blocks[i].clone());
-    Tensor::cat(order.collect(), dim)
-}
-
 /// The canonical tensors of one pseudo-layer of a module without projection (every export
 /// target but PyTorch refuses one), read for export, with skip input written out as what it
 /// computes: `W_ih` = `G` stacked identities, `b_ih` = 0.
@@ -474,5 +408,133 @@ pub(crate) fn cell_weights<B: Backend>(
         weight_hh: untracked(cell.weight_hh.val()),
         bias_ih,
         bias_hh: cell.bias_hh.as_ref().map(|b| untracked(b.val())),
+    }
+}
+
+/// Reads a format's tensor into a host array for the core crate's conversions, refusing
+/// one that holds no floats; `key` names it in errors.
+pub(crate) fn read_host(key: &str, data: &TensorData) -> Result<HostTensor, InteropError> {
+    if !data.dtype.is_float() {
+        return Err(InteropError::Dtype {
+            key: key.into(),
+            dtype: data.dtype,
+        });
+    }
+    let values = data.clone().convert::<f64>().to_vec::<f64>().map_err(|e| {
+        InteropError::unsupported(key, data.dtype, format!("unreadable data: {e:?}"))
+    })?;
+    Ok(HostTensor::new(data.shape.to_vec(), values))
+}
+
+/// The module the core crate's conversion described: its configuration, and its flat
+/// weights in `B`'s float dtype, refused when a weight does not fit that dtype (a finite
+/// `f64` that is infinite in `f16`), naming the canonical tensor.
+pub(crate) fn from_imported<B: Backend>(
+    imported: Imported,
+    device: &B::Device,
+) -> Result<FusedRnn<B>, InteropError> {
+    let Imported {
+        spec,
+        batch_first,
+        params,
+    } = imported;
+    let config = FusedRnnConfig::new(spec.mode, spec.d_input, spec.d_hidden)
+        .with_num_layers(spec.num_layers)
+        .with_bidirectional(spec.bidirectional)
+        .with_bias(spec.bias)
+        .with_batch_first(batch_first);
+    let n = params.len();
+    let dtype = <B::FloatElem as Element>::dtype();
+    let data = TensorData::new(params, [n]).convert_dtype(dtype);
+    let converted = data.iter::<f64>().position(|v| !v.is_finite());
+    if let Some(flat) = converted {
+        let layout = RnnLayout::new(spec);
+        let e = layout
+            .entries()
+            .iter()
+            .find(|e| (e.offset..e.offset + e.len()).contains(&flat))
+            .expect("the layout covers the flat weights");
+        return Err(InteropError::unsupported(
+            e.name(),
+            data.iter::<f64>().nth(flat).unwrap_or(f64::NAN),
+            format!("expected weights that fit {dtype:?}: a weight is out of its range"),
+        ));
+    }
+    Ok(config.init_with_params(Tensor::from_data(data, (device, dtype))))
+}
+
+/// The flat weights of `rnn` on the host, and their dtype (what exports write).
+pub(crate) fn host_weights<B: Backend>(rnn: &FusedRnn<B>) -> (Vec<f64>, burn::tensor::DType) {
+    let flat = untracked(rnn.flat_weights());
+    let dtype = flat.dtype();
+    let values = flat
+        .into_data()
+        .convert::<f64>()
+        .to_vec::<f64>()
+        .expect("float weights convert to f64");
+    (values, dtype)
+}
+
+/// A host array as a format's tensor of `dtype`.
+pub(crate) fn to_data(t: HostTensor, dtype: burn::tensor::DType) -> TensorData {
+    TensorData::new(t.values, t.shape).convert_dtype(dtype)
+}
+
+impl From<CoreError> for InteropError {
+    fn from(e: CoreError) -> Self {
+        match e {
+            CoreError::Shape {
+                key,
+                expected,
+                got,
+                context,
+            } => Self::Shape {
+                key,
+                expected,
+                got,
+                context,
+            },
+            CoreError::Missing {
+                key,
+                expected,
+                context,
+            } => Self::Missing {
+                key,
+                expected,
+                context,
+            },
+            CoreError::Unexpected {
+                key,
+                shape,
+                context,
+            } => Self::Unexpected {
+                key,
+                shape,
+                context,
+            },
+            CoreError::NotFinite { key, index, value } => Self::NotFinite { key, index, value },
+            CoreError::Empty { argument, what } => Self::Empty { argument, what },
+            CoreError::Unsupported {
+                option,
+                value,
+                reason,
+            } => Self::Unsupported {
+                option,
+                value,
+                reason,
+            },
+            // The core reads no tensor itself: its conversions report a dtype only through
+            // `read_host`, which returns this crate's error.
+            CoreError::Dtype { key, dtype } => Self::Unsupported {
+                option: key,
+                value: dtype,
+                reason: "expected a float tensor".into(),
+            },
+            other => Self::Unsupported {
+                option: "conversion".into(),
+                value: String::new(),
+                reason: other.to_string(),
+            },
+        }
     }
 }

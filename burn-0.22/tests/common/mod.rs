@@ -286,3 +286,16 @@ pub fn report(failures: Vec<String>) {
         failures.join("\n")
     );
 }
+
+/// Flex with its default float dtype set to F64 (burn-nn's layers draw their parameters and
+/// make their zero states and outputs in the device's default dtype), set once, before this
+/// process makes a tensor: a test binary that uses it calls it before anything else.
+pub fn flex_f64() -> Device {
+    static CONFIGURED: std::sync::Once = std::sync::Once::new();
+    CONFIGURED.call_once(|| {
+        let mut flex = Device::flex();
+        flex.configure(burn::tensor::FloatDType::F64)
+            .expect("configure Flex before its first use");
+    });
+    Device::flex()
+}

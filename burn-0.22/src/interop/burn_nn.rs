@@ -52,57 +52,14 @@ use burn::nn::activation::Activation;
 use burn::nn::{BiGru, BiLstm, BiRnn, GateController, Gru, Lstm, Rnn};
 use burn::tensor::Tensor;
 
+use super::InteropError;
 use crate::config::FusedRnnConfig;
 use crate::module::FusedRnn;
 use crate::nn::flat_weights;
 use crate::spec::{RnnMode, RnnSpec};
 
-/// Why layers could not be imported. Each variant names the field or argument at fault.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum InteropError {
-    /// An option the fused op cannot express, or two layers that cannot be fused (Note
-    /// [What the import refuses]).
-    Unsupported {
-        /// The field, as burn-nn names it, under the layer's path
-        /// (`layers[1].reverse.clip`).
-        option: String,
-        /// The value found.
-        value: String,
-        /// Why the fused op cannot express it, and what to do instead.
-        reason: String,
-    },
-    /// A stack was given no layers.
-    Empty {
-        /// The argument (`layers`).
-        argument: String,
-    },
-}
-
-impl fmt::Display for InteropError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Unsupported {
-                option,
-                value,
-                reason,
-            } => write!(f, "unsupported {option} = {value}: {reason}"),
-            Self::Empty { argument } => write!(
-                f,
-                "expected at least one burn-nn layer in {argument}, got none"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for InteropError {}
-
 fn unsupported(option: String, value: impl fmt::Debug, reason: &str) -> InteropError {
-    InteropError::Unsupported {
-        option,
-        value: format!("{value:?}"),
-        reason: reason.to_string(),
-    }
+    InteropError::unsupported(option, value, reason)
 }
 
 /// One burn-nn layer as the fused op sees it.
@@ -353,9 +310,7 @@ impl FusedRnn {
     /// do not chain.
     pub fn from_burn_nn_stack<L: BurnNnLayer>(layers: &[L]) -> Result<FusedRnn, InteropError> {
         if layers.is_empty() {
-            return Err(InteropError::Empty {
-                argument: "layers".into(),
-            });
+            return Err(InteropError::empty("layers", "burn-nn layer"));
         }
         let parts: Vec<LayerParts<'_>> = layers
             .iter()
