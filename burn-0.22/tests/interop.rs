@@ -346,3 +346,147 @@ fn what_the_fused_op_cannot_compute_is_refused_by_field() {
         "layers: expected at least one burn-nn layer, got none"
     );
 }
+
+/// The fused module's `y` and final `h` (and `c`), and burn-nn's layer's, on `x`.
+type Outputs = (Tensor<3>, Tensor<3>, Option<Tensor<3>>);
+
+fn fused_outputs(fused: &FusedRnn, x: Tensor<3>) -> Outputs {
+    let (y, s) = fused.forward(x, None);
+    (y, s.hidden, s.cell)
+}
+
+#[test]
+fn each_burn_nn_type_exports_to_a_layer_with_the_same_outputs() {
+    use burn_fused_rnn::{FusedRnnConfig, InputMode, RnnMode};
+    let mut failures = Vec::new();
+    for bias in [true, false] {
+        for batch_first in [true, false] {
+            for skip in [false, true] {
+                let ctx =
+                    |t: &str| format!("{t} bias={bias} batch_first={batch_first} skip={skip}");
+                let d_input = if skip { 4 } else { 3 };
+                let config = |mode, bi| {
+                    FusedRnnConfig::new(mode, d_input, 4)
+                        .with_bidirectional(bi)
+                        .with_bias(bias)
+                        .with_batch_first(batch_first)
+                        .with_input_mode(if skip {
+                            InputMode::Skip
+                        } else {
+                            InputMode::Linear
+                        })
+                };
+                let x = random([2, 6, d_input]);
+                let x = if batch_first { x } else { x.swap_dims(0, 1) };
+                let mut check = |name: &str, fused: &FusedRnn, nn: Outputs, x: Tensor<3>| {
+                    let (y, h, c) = fused_outputs(fused, x);
+                    let mut pairs = vec![("y", nn.0, y), ("h_n", nn.1, h)];
+                    if let (Some(a), Some(b)) = (nn.2, c) {
+                        pairs.push(("c_n", a, b));
+                    }
+                    compare(&ctx(name), pairs, &mut failures);
+                };
+
+                let fused = config(RnnMode::Lstm, false).init(&device());
+                let nn: burn::nn::Lstm = fused.to_burn_nn().expect("Lstm");
+                let (y, s) = nn.forward(x.clone(), None);
+                let out = (y, s.hidden.unsqueeze_dim(0), Some(s.cell.unsqueeze_dim(0)));
+                check("Lstm", &fused, out, x.clone());
+
+                let fused = config(RnnMode::Lstm, true).init(&device());
+                let nn: burn::nn::BiLstm = fused.to_burn_nn().expect("BiLstm");
+                let (y, s) = nn.forward(x.clone(), None);
+                check("BiLstm", &fused, (y, s.hidden, Some(s.cell)), x.clone());
+
+                // burn-nn's Gru is always batch-first.
+                let fused = config(RnnMode::Gru, false).init(&device());
+                let nn: burn::nn::Gru = fused.to_burn_nn().expect("Gru");
+                let xb = if batch_first {
+                    x.clone()
+                } else {
+                    x.clone().swap_dims(0, 1)
+                };
+                let y = nn.forward(xb, None);
+                let y = if batch_first { y } else { y.swap_dims(0, 1) };
+                // burn-nn's Gru returns no final state: its last step's output is it.
+                let last = if batch_first {
+                    y.clone().narrow(1, 5, 1).swap_dims(0, 1)
+                } else {
+                    y.clone().narrow(0, 5, 1)
+                };
+                check("Gru", &fused, (y, last, None), x.clone());
+
+                let fused = config(RnnMode::Gru, true).init(&device());
+                let nn: burn::nn::BiGru = fused.to_burn_nn().expect("BiGru");
+                let (y, h) = nn.forward(x.clone(), None);
+                check("BiGru", &fused, (y, h, None), x.clone());
+
+                for mode in [RnnMode::RnnTanh, RnnMode::RnnRelu] {
+                    let fused = config(mode, false).init(&device());
+                    let nn: burn::nn::Rnn = fused.to_burn_nn().expect("Rnn");
+                    let (y, s) = nn.forward(x.clone(), None);
+                    check(
+                        &format!("Rnn {mode:?}"),
+                        &fused,
+                        (y, s.hidden.unsqueeze_dim(0), None),
+                        x.clone(),
+                    );
+
+                    let fused = config(mode, true).init(&device());
+                    let nn: burn::nn::BiRnn = fused.to_burn_nn().expect("BiRnn");
+                    let (y, s) = nn.forward(x.clone(), None);
+                    check(
+                        &format!("BiRnn {mode:?}"),
+                        &fused,
+                        (y, s.hidden, None),
+                        x.clone(),
+                    );
+                }
+            }
+        }
+    }
+    failures_or_panic(if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    });
+}
+
+#[test]
+fn an_export_imports_back_to_the_same_weights_and_refuses_what_burn_nn_lacks() {
+    use burn_fused_rnn::{FusedRnnConfig, RnnMode};
+    let fused = FusedRnnConfig::new(RnnMode::Gru, 3, 4)
+        .with_num_layers(3)
+        .with_bidirectional(true)
+        .init(&device());
+    let stack: Vec<burn::nn::BiGru> = fused.to_burn_nn_stack().expect("a stack of BiGru");
+    assert_eq!(stack.len(), 3);
+    let back = FusedRnn::from_burn_nn_stack(&stack).expect("import");
+    assert_eq!(back.spec(), fused.spec());
+    assert_eq!(values(back.flat_weights()), values(fused.flat_weights()));
+    // The stack computes what the module computes, layer after layer.
+    let x = random([2, 5, 3]);
+    let mut y = x.clone();
+    for layer in &stack {
+        y = layer.forward(y, None).0;
+    }
+    let (fy, _, _) = fused_outputs(&fused, x);
+    let mut failures = Vec::new();
+    compare("BiGru stack", vec![("y", fy, y)], &mut failures);
+    failures_or_panic(if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    });
+
+    let err = |r: Result<burn::nn::Lstm, InteropError>| unsupported(r.map(|_| ()).unwrap_err());
+    let lstm = |f: FusedRnnConfig| f.init(&device());
+    let gru = lstm(FusedRnnConfig::new(RnnMode::Gru, 3, 4));
+    assert_eq!(err(gru.to_burn_nn()), "mode");
+    let two = lstm(FusedRnnConfig::new(RnnMode::Lstm, 3, 4).with_num_layers(2));
+    assert_eq!(err(two.to_burn_nn()), "num_layers");
+    let bi = lstm(FusedRnnConfig::new(RnnMode::Lstm, 3, 4).with_bidirectional(true));
+    assert_eq!(err(bi.to_burn_nn()), "bidirectional");
+    let proj = lstm(FusedRnnConfig::new(RnnMode::Lstm, 3, 4).with_proj_size(Some(2)));
+    assert_eq!(err(proj.to_burn_nn()), "proj_size");
+}

@@ -12,6 +12,12 @@
 //! computes what the layers compute (`tests/interop.rs`: outputs and final states in F64
 //! to 1e-10 relative against burn-nn's own forward, for each type and two stacks).
 //!
+//! The way back: [`FusedRnn::to_burn_nn`] gives the burn-nn layer of a chosen type
+//! computing a one-layer module, and [`FusedRnn::to_burn_nn_stack`] one layer per layer of
+//! the module (skip input written out as identities; burn-nn has no projection, so a module
+//! with one is refused). `tests/interop.rs` checks every type both ways against the other
+//! side's forward in F64.
+//!
 //! To keep burn-nn's parameters and checkpoint keys instead, swap the `use` line for the
 //! drop-ins ([`crate::nn`]), which hold burn-nn's gates and run one fused call per layer.
 //!
@@ -48,12 +54,17 @@
 
 use std::fmt;
 
-use burn::nn::activation::Activation;
-use burn::nn::{BiGru, BiLstm, BiRnn, GateController, Gru, Lstm, Rnn};
+use burn::module::Param;
+use burn::nn::activation::{Activation, ActivationConfig};
+use burn::nn::{
+    BiGru, BiGruConfig, BiLstm, BiLstmConfig, BiRnn, BiRnnConfig, GateController, Gru, GruConfig,
+    Linear, Lstm, LstmConfig, Rnn, RnnConfig,
+};
 use burn::tensor::Tensor;
 
 use super::InteropError;
 use crate::config::FusedRnnConfig;
+use crate::layout::ParamKind;
 use crate::module::FusedRnn;
 use crate::nn::flat_weights;
 use crate::spec::{RnnMode, RnnSpec};
@@ -89,11 +100,71 @@ mod sealed {
 
 /// A burn-nn recurrent layer the import reads: `Lstm`, `BiLstm`, `Gru`, `BiGru`, `Rnn`,
 /// `BiRnn` (sealed).
-pub trait BurnNnLayer: sealed::Sealed {
+pub trait BurnNnLayer: sealed::Sealed + Sized {
+    /// The type's name in burn-nn, for errors.
+    #[doc(hidden)]
+    const NAME: &'static str;
+    /// The cell it computes (`RnnTanh` for `Rnn` and `BiRnn`, whose activation also
+    /// allows `RnnRelu`).
+    #[doc(hidden)]
+    const MODE: RnnMode;
+    /// Whether it runs both directions.
+    #[doc(hidden)]
+    const BIDIRECTIONAL: bool;
+
     /// The layer's cell, layout and gates, after refusing what the fused op cannot
     /// compute; `path` prefixes the field names in errors.
     #[doc(hidden)]
     fn parts(&self, path: &str) -> Result<LayerParts<'_>, InteropError>;
+
+    /// The layer of `shape` holding `gates` (one list per direction, in PyTorch's gate
+    /// order), burn-nn's defaults elsewhere.
+    #[doc(hidden)]
+    fn from_gates(shape: LayerShape, gates: Vec<Vec<GateController>>) -> Self;
+}
+
+/// What a burn-nn layer built by an export looks like, besides its gates.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct LayerShape {
+    mode: RnnMode,
+    d_input: usize,
+    d_hidden: usize,
+    bias: bool,
+    batch_first: bool,
+}
+
+impl LayerShape {
+    fn activation(&self) -> ActivationConfig {
+        match self.mode {
+            RnnMode::RnnRelu => ActivationConfig::Relu,
+            _ => ActivationConfig::Tanh,
+        }
+    }
+}
+
+/// Moves `gates` (in PyTorch's order) into burn-nn's LSTM gate fields.
+fn set_lstm_gates(l: &mut Lstm, gates: Vec<GateController>) {
+    let [i, f, g, o]: [GateController; 4] = array(gates);
+    (l.input_gate, l.forget_gate, l.cell_gate, l.output_gate) = (i, Some(f), g, o);
+}
+
+/// Moves `gates` (in PyTorch's order) into burn-nn's GRU gate fields.
+fn set_gru_gates(g: &mut Gru, gates: Vec<GateController>) {
+    let [r, z, n]: [GateController; 3] = array(gates);
+    (g.reset_gate, g.update_gate, g.new_gate) = (r, z, n);
+}
+
+/// `v` as an array of its known length.
+fn array<T, const N: usize>(v: Vec<T>) -> [T; N] {
+    match v.try_into() {
+        Ok(a) => a,
+        Err(v) => unreachable!("expected {N} entries, got {}", v.len()),
+    }
+}
+
+fn one_gate(gates: Vec<GateController>) -> GateController {
+    gates.into_iter().next().expect("1 RNN gate")
 }
 
 fn check_clip(path: &str, clip: Option<f64>) -> Result<(), InteropError> {
@@ -194,6 +265,19 @@ fn rnn_mode(r: &Rnn, path: &str) -> Result<RnnMode, InteropError> {
 
 impl sealed::Sealed for Lstm {}
 impl BurnNnLayer for Lstm {
+    const NAME: &'static str = "Lstm";
+    const MODE: RnnMode = RnnMode::Lstm;
+    const BIDIRECTIONAL: bool = false;
+
+    fn from_gates(s: LayerShape, gates: Vec<Vec<GateController>>) -> Self {
+        let device = gates[0][0].hidden_transform.weight.device();
+        let mut l = LstmConfig::new(s.d_input, s.d_hidden, s.bias)
+            .with_batch_first(s.batch_first)
+            .init(&device);
+        set_lstm_gates(&mut l, gates.into_iter().next().expect("1 direction"));
+        l
+    }
+
     fn parts(&self, path: &str) -> Result<LayerParts<'_>, InteropError> {
         if self.reverse {
             return Err(lone_reverse(path));
@@ -209,6 +293,21 @@ impl BurnNnLayer for Lstm {
 
 impl sealed::Sealed for BiLstm {}
 impl BurnNnLayer for BiLstm {
+    const NAME: &'static str = "BiLstm";
+    const MODE: RnnMode = RnnMode::Lstm;
+    const BIDIRECTIONAL: bool = true;
+
+    fn from_gates(s: LayerShape, gates: Vec<Vec<GateController>>) -> Self {
+        let device = gates[0][0].hidden_transform.weight.device();
+        let mut l = BiLstmConfig::new(s.d_input, s.d_hidden, s.bias)
+            .with_batch_first(s.batch_first)
+            .init(&device);
+        let [f, r]: [Vec<GateController>; 2] = array(gates);
+        set_lstm_gates(&mut l.forward, f);
+        set_lstm_gates(&mut l.reverse, r);
+        l
+    }
+
     fn parts(&self, path: &str) -> Result<LayerParts<'_>, InteropError> {
         Ok(LayerParts {
             mode: RnnMode::Lstm,
@@ -224,6 +323,18 @@ impl BurnNnLayer for BiLstm {
 
 impl sealed::Sealed for Gru {}
 impl BurnNnLayer for Gru {
+    const NAME: &'static str = "Gru";
+    const MODE: RnnMode = RnnMode::Gru;
+    const BIDIRECTIONAL: bool = false;
+
+    fn from_gates(s: LayerShape, gates: Vec<Vec<GateController>>) -> Self {
+        let device = gates[0][0].hidden_transform.weight.device();
+        // burn-nn's `Gru` is always batch-first: it has no field for the layout.
+        let mut g = GruConfig::new(s.d_input, s.d_hidden, s.bias).init(&device);
+        set_gru_gates(&mut g, gates.into_iter().next().expect("1 direction"));
+        g
+    }
+
     fn parts(&self, path: &str) -> Result<LayerParts<'_>, InteropError> {
         Ok(LayerParts {
             mode: RnnMode::Gru,
@@ -237,6 +348,21 @@ impl BurnNnLayer for Gru {
 
 impl sealed::Sealed for BiGru {}
 impl BurnNnLayer for BiGru {
+    const NAME: &'static str = "BiGru";
+    const MODE: RnnMode = RnnMode::Gru;
+    const BIDIRECTIONAL: bool = true;
+
+    fn from_gates(s: LayerShape, gates: Vec<Vec<GateController>>) -> Self {
+        let device = gates[0][0].hidden_transform.weight.device();
+        let mut g = BiGruConfig::new(s.d_input, s.d_hidden, s.bias)
+            .with_batch_first(s.batch_first)
+            .init(&device);
+        let [f, r]: [Vec<GateController>; 2] = array(gates);
+        set_gru_gates(&mut g.forward, f);
+        set_gru_gates(&mut g.reverse, r);
+        g
+    }
+
     fn parts(&self, path: &str) -> Result<LayerParts<'_>, InteropError> {
         Ok(LayerParts {
             mode: RnnMode::Gru,
@@ -252,6 +378,20 @@ impl BurnNnLayer for BiGru {
 
 impl sealed::Sealed for Rnn {}
 impl BurnNnLayer for Rnn {
+    const NAME: &'static str = "Rnn";
+    const MODE: RnnMode = RnnMode::RnnTanh;
+    const BIDIRECTIONAL: bool = false;
+
+    fn from_gates(s: LayerShape, gates: Vec<Vec<GateController>>) -> Self {
+        let device = gates[0][0].hidden_transform.weight.device();
+        let mut r = RnnConfig::new(s.d_input, s.d_hidden, s.bias)
+            .with_batch_first(s.batch_first)
+            .with_hidden_activation(s.activation())
+            .init(&device);
+        r.gate = one_gate(gates.into_iter().next().expect("1 direction"));
+        r
+    }
+
     fn parts(&self, path: &str) -> Result<LayerParts<'_>, InteropError> {
         if self.reverse {
             return Err(lone_reverse(path));
@@ -267,6 +407,22 @@ impl BurnNnLayer for Rnn {
 
 impl sealed::Sealed for BiRnn {}
 impl BurnNnLayer for BiRnn {
+    const NAME: &'static str = "BiRnn";
+    const MODE: RnnMode = RnnMode::RnnTanh;
+    const BIDIRECTIONAL: bool = true;
+
+    fn from_gates(s: LayerShape, gates: Vec<Vec<GateController>>) -> Self {
+        let device = gates[0][0].hidden_transform.weight.device();
+        let mut r = BiRnnConfig::new(s.d_input, s.d_hidden, s.bias)
+            .with_batch_first(s.batch_first)
+            .with_hidden_activation(s.activation())
+            .init(&device);
+        let [f, b]: [Vec<GateController>; 2] = array(gates);
+        r.forward.gate = one_gate(f);
+        r.reverse.gate = one_gate(b);
+        r
+    }
+
     fn parts(&self, path: &str) -> Result<LayerParts<'_>, InteropError> {
         let mode = rnn_mode(&self.forward, &format!("{path}forward."))?;
         let reverse = rnn_mode(&self.reverse, &format!("{path}reverse."))?;
@@ -378,5 +534,161 @@ impl FusedRnn {
             .with_bias(first.bias)
             .with_batch_first(first.batch_first);
         Ok(config.init_with_params(Tensor::cat(flats, 0)))
+    }
+}
+
+impl FusedRnn {
+    /// The burn-nn layer of type `L` (`Lstm`, `BiLstm`, `Gru`, `BiGru`, `Rnn`, `BiRnn`)
+    /// computing this one-layer module: same outputs and final states, on the module's
+    /// device, in its dtype. The inverse of [`FusedRnn::from_burn_nn`].
+    ///
+    /// Skip input becomes an input `Linear` holding identities (what skip input computes).
+    /// burn-nn's `Gru` is always batch-first, whatever the module's layout; the other types
+    /// take the module's. Dropout is not a weight and a single layer has none.
+    ///
+    /// # Errors
+    ///
+    /// [`InteropError::Unsupported`] naming `num_layers` (use
+    /// [`FusedRnn::to_burn_nn_stack`]), `mode` or `bidirectional` when `L` holds another
+    /// kind of layer, and `proj_size` (burn-nn has no projection).
+    pub fn to_burn_nn<L: BurnNnLayer>(&self) -> Result<L, InteropError> {
+        let layers = self.spec().num_layers;
+        if layers != 1 {
+            return Err(unsupported(
+                "num_layers".into(),
+                layers,
+                &format!(
+                    "a burn-nn {} holds one layer: use to_burn_nn_stack",
+                    L::NAME
+                ),
+            ));
+        }
+        Ok(self.to_burn_nn_stack::<L>()?.remove(0))
+    }
+
+    /// One burn-nn layer of type `L` per layer of this module, to be run one after the
+    /// other (each fed the previous one's output): the inverse of
+    /// [`FusedRnn::from_burn_nn_stack`].
+    ///
+    /// # Errors
+    ///
+    /// As [`FusedRnn::to_burn_nn`], for any number of layers.
+    pub fn to_burn_nn_stack<L: BurnNnLayer>(&self) -> Result<Vec<L>, InteropError> {
+        let spec = *self.spec();
+        let fits_mode = match L::MODE {
+            RnnMode::RnnTanh => matches!(spec.mode, RnnMode::RnnTanh | RnnMode::RnnRelu),
+            m => m == spec.mode,
+        };
+        if !fits_mode {
+            return Err(unsupported(
+                "mode".into(),
+                spec.mode,
+                &format!("a burn-nn {} runs {}", L::NAME, L::MODE.name()),
+            ));
+        }
+        if spec.bidirectional != L::BIDIRECTIONAL {
+            let other = if spec.bidirectional {
+                "a Bi* type"
+            } else {
+                "the type without Bi"
+            };
+            return Err(unsupported(
+                "bidirectional".into(),
+                spec.bidirectional,
+                &format!("a burn-nn {} is not; use {other}", L::NAME),
+            ));
+        }
+        if let Some(p) = spec.proj_size {
+            return Err(unsupported(
+                "proj_size".into(),
+                Some(p),
+                "burn-nn's layers have no projection",
+            ));
+        }
+        // Detached: the layers' parameters are new leaves, not tracked from this module's.
+        let flat = self.flat_weights().detach();
+        let layout = self.layout();
+        let (g, h) = (spec.mode.num_gates(), spec.d_hidden);
+        let tensor = |layer, direction, kind| {
+            layout.entry(layer, direction, kind).map(|e| {
+                let t = flat.clone().narrow(0, e.offset, e.len());
+                match e.shape[..] {
+                    [rows, cols] => Gate::Matrix(t.reshape([rows, cols])),
+                    _ => Gate::Vector(t),
+                }
+            })
+        };
+        let layers = (0..spec.num_layers)
+            .map(|layer| {
+                let gates = (0..spec.num_directions())
+                    .map(|d| {
+                        let w_hh = tensor(layer, d, ParamKind::WeightHh)
+                            .expect("W_hh")
+                            .matrix();
+                        // Skip input: `W_ih` = identity per gate, `b_ih` = 0.
+                        let w_ih = match tensor(layer, d, ParamKind::WeightIh) {
+                            Some(w) => w.matrix(),
+                            None => Tensor::<2>::eye(h, &w_hh.device())
+                                .cast(w_hh.dtype())
+                                .repeat_dim(0, g),
+                        };
+                        let b_hh = tensor(layer, d, ParamKind::BiasHh).map(Gate::vector);
+                        let b_ih = match tensor(layer, d, ParamKind::BiasIh) {
+                            Some(b) => Some(b.vector()),
+                            None => b_hh.as_ref().map(|b| b.zeros_like()),
+                        };
+                        (0..g)
+                            .map(|k| {
+                                let linear = |w: &Tensor<2>, b: &Option<Tensor<1>>| Linear {
+                                    // burn-nn's `Linear` holds `[d_in, d_out]`, the
+                                    // transpose of the canonical block.
+                                    weight: Param::from_tensor(
+                                        w.clone().narrow(0, k * h, h).transpose(),
+                                    ),
+                                    bias: b
+                                        .as_ref()
+                                        .map(|b| Param::from_tensor(b.clone().narrow(0, k * h, h))),
+                                };
+                                GateController {
+                                    input_transform: linear(&w_ih, &b_ih),
+                                    hidden_transform: linear(&w_hh, &b_hh),
+                                }
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let shape = LayerShape {
+                    mode: spec.mode,
+                    d_input: spec.layer_input_size(layer),
+                    d_hidden: h,
+                    bias: spec.bias,
+                    batch_first: self.batch_first(),
+                };
+                L::from_gates(shape, gates)
+            })
+            .collect();
+        Ok(layers)
+    }
+}
+
+/// A canonical tensor read back for export.
+enum Gate {
+    Matrix(Tensor<2>),
+    Vector(Tensor<1>),
+}
+
+impl Gate {
+    fn matrix(self) -> Tensor<2> {
+        match self {
+            Gate::Matrix(t) => t,
+            Gate::Vector(_) => unreachable!("weights are matrices"),
+        }
+    }
+
+    fn vector(self) -> Tensor<1> {
+        match self {
+            Gate::Vector(t) => t,
+            Gate::Matrix(_) => unreachable!("biases are vectors"),
+        }
     }
 }
