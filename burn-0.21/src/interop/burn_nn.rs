@@ -688,36 +688,12 @@ impl<B: Backend> FusedRnn<B> {
     /// As [`FusedRnn::to_burn_nn`], for any number of layers.
     pub fn to_burn_nn_stack<L: BurnNnLayer<B>>(&self) -> Result<Vec<L>, InteropError> {
         let spec = *self.spec();
-        let fits_mode = match L::MODE {
-            RnnMode::RnnTanh => matches!(spec.mode, RnnMode::RnnTanh | RnnMode::RnnRelu),
-            m => m == spec.mode,
-        };
-        if !fits_mode {
-            return Err(unsupported(
-                "mode".into(),
-                spec.mode,
-                &format!("a burn-nn {} runs {}", L::NAME, L::MODE.name()),
-            ));
-        }
-        if spec.bidirectional != L::BIDIRECTIONAL {
-            let other = if spec.bidirectional {
-                "a Bi* type"
-            } else {
-                "the type without Bi"
-            };
-            return Err(unsupported(
-                "bidirectional".into(),
-                spec.bidirectional,
-                &format!("a burn-nn {} is not; use {other}", L::NAME),
-            ));
-        }
-        if let Some(p) = spec.proj_size {
-            return Err(unsupported(
-                "proj_size".into(),
-                Some(p),
-                "burn-nn's layers have no projection",
-            ));
-        }
+        burn_fused_rnn_core::interop::check_burn_nn_target(
+            &spec,
+            L::NAME,
+            L::MODE,
+            L::BIDIRECTIONAL,
+        )?;
         let device = self.cells[0].weight_hh.lazy_device();
         let g = spec.mode.num_gates();
         let layers = (0..spec.num_layers)

@@ -12,7 +12,7 @@ use crate::config::FusedRnnConfig;
 use crate::layout::{param_name, ParamKind, RnnLayout};
 use crate::module::FusedRnn;
 use crate::spec::{InputMode, RnnMode};
-use burn_fused_rnn_core::interop::{HostTensor, Imported, InteropError as CoreError};
+use burn_fused_rnn_core::interop::{out_of_range, HostTensor, Imported, InteropError as CoreError};
 
 /// Produces one canonical tensor, flattened row-major, when the module is built (so that a
 /// file's tensors are read only after every shape has been checked).
@@ -446,19 +446,9 @@ pub(crate) fn from_imported<B: Backend>(
     let n = params.len();
     let dtype = <B::FloatElem as Element>::dtype();
     let data = TensorData::new(params, [n]).convert_dtype(dtype);
-    let converted = data.iter::<f64>().position(|v| !v.is_finite());
-    if let Some(flat) = converted {
-        let layout = RnnLayout::new(spec);
-        let e = layout
-            .entries()
-            .iter()
-            .find(|e| (e.offset..e.offset + e.len()).contains(&flat))
-            .expect("the layout covers the flat weights");
-        return Err(InteropError::unsupported(
-            e.name(),
-            data.iter::<f64>().nth(flat).unwrap_or(f64::NAN),
-            format!("expected weights that fit {dtype:?}: a weight is out of its range"),
-        ));
+    if let Some(flat) = data.iter::<f64>().position(|v| !v.is_finite()) {
+        let value = data.iter::<f64>().nth(flat).unwrap_or(f64::NAN);
+        return Err(out_of_range(&spec, flat, value, &format!("{dtype:?}")).into());
     }
     Ok(config.init_with_params(Tensor::from_data(data, (device, dtype))))
 }

@@ -30,7 +30,7 @@ use burn::tensor::{DType, Device, Tensor, TensorData};
 use crate::config::FusedRnnConfig;
 use crate::module::FusedRnn;
 use crate::spec::RnnSpec;
-use burn_fused_rnn_core::interop::{HostTensor, Imported};
+use burn_fused_rnn_core::interop::{out_of_range, HostTensor, Imported};
 
 pub mod burn_nn;
 pub mod keras;
@@ -91,17 +91,8 @@ impl Reader {
         let n = params.len();
         let data = TensorData::new(params, [n]).convert_dtype(dtype);
         if let Some(flat) = data.iter::<f64>().position(|v| !v.is_finite()) {
-            let layout = crate::layout::RnnLayout::new(spec);
-            let e = layout
-                .entries()
-                .iter()
-                .find(|e| (e.offset..e.offset + e.len()).contains(&flat))
-                .expect("the layout covers the flat weights");
-            return Err(InteropError::unsupported(
-                e.name(),
-                data.iter::<f64>().nth(flat).unwrap_or(f64::NAN),
-                format!("expected weights that fit {dtype:?}: a weight is out of its range"),
-            ));
+            let value = data.iter::<f64>().nth(flat).unwrap_or(f64::NAN);
+            return Err(out_of_range(&spec, flat, value, &format!("{dtype:?}")));
         }
         let config = config_of(&spec, batch_first);
         Ok(config.init_with_params(Tensor::<1>::from_data(data, (device, dtype))))

@@ -199,3 +199,70 @@ pub fn cell_weights(spec: &RnnSpec, flat: &[f64], layer: usize, direction: usize
         bias_hh,
     }
 }
+
+/// The error for weight `flat_index` of the flat weights of `spec` (in the layout's order),
+/// `value` once converted to the module's dtype (named `dtype`), when that conversion made
+/// it infinite: the canonical tensor holding it is named.
+///
+/// # Panics
+///
+/// If `flat_index` is past the layout's size.
+pub fn out_of_range(spec: &RnnSpec, flat_index: usize, value: f64, dtype: &str) -> InteropError {
+    let layout = RnnLayout::new(*spec);
+    let e = layout
+        .entries()
+        .iter()
+        .find(|e| (e.offset..e.offset + e.len()).contains(&flat_index))
+        .expect("the layout covers the flat weights");
+    InteropError::unsupported(
+        e.name(),
+        value,
+        format!("expected weights that fit {dtype}: a weight is out of its range"),
+    )
+}
+
+/// Refuses to export the module of `spec` as layers of burn-nn's type `target`, which runs
+/// `target_mode` (`RnnTanh` for burn-nn's `Rnn`, which also runs `RnnRelu`) in one
+/// direction or both (`target_bidirectional`) and has no projection.
+///
+/// # Errors
+///
+/// [`InteropError::Unsupported`] naming `mode`, `bidirectional` or `proj_size`.
+pub fn check_burn_nn_target(
+    spec: &RnnSpec,
+    target: &str,
+    target_mode: RnnMode,
+    target_bidirectional: bool,
+) -> Result<(), InteropError> {
+    let fits_mode = match target_mode {
+        RnnMode::RnnTanh => matches!(spec.mode, RnnMode::RnnTanh | RnnMode::RnnRelu),
+        m => m == spec.mode,
+    };
+    if !fits_mode {
+        return Err(InteropError::unsupported(
+            "mode",
+            spec.mode,
+            format!("a burn-nn {target} runs {}", target_mode.name()),
+        ));
+    }
+    if spec.bidirectional != target_bidirectional {
+        let other = if spec.bidirectional {
+            "a Bi* type"
+        } else {
+            "the type without Bi"
+        };
+        return Err(InteropError::unsupported(
+            "bidirectional",
+            spec.bidirectional,
+            format!("a burn-nn {target} is not; use {other}"),
+        ));
+    }
+    if let Some(p) = spec.proj_size {
+        return Err(InteropError::unsupported(
+            "proj_size",
+            Some(p),
+            "burn-nn's layers have no projection",
+        ));
+    }
+    Ok(())
+}

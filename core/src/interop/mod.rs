@@ -48,6 +48,6 @@ pub mod keras;
 pub mod onnx;
 pub mod tf1;
 
-pub use canonical::{cell_weights, CellWeights, Imported};
+pub use canonical::{cell_weights, check_burn_nn_target, out_of_range, CellWeights, Imported};
 pub use error::InteropError;
 pub use host::HostTensor;
