@@ -1,7 +1,8 @@
 //! Writes the checkpoints the Burn 0.22 line's upgrade test reads
 //! (`burn-0.22/tests/upgrade.rs`): a model holding a `FusedRnn` (2-layer bidirectional LSTM
 //! with projection), a drop-in `BiGru` and a `Linear` head, saved by this line with
-//! `CompactRecorder` (f16) and `NamedMpkFileRecorder<FullPrecisionSettings>`, and the
+//! `CompactRecorder` (f16), `NamedMpkFileRecorder<FullPrecisionSettings>`,
+//! `PrettyJsonFileRecorder` and `JsonGzFileRecorder` (full precision), and the
 //! model's outputs on a fixed input computed here, before saving.
 //!
 //! Run (from the repository root; the files are committed):
@@ -10,7 +11,10 @@
 use burn::backend::NdArray;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
-use burn::record::{CompactRecorder, FullPrecisionSettings, NamedMpkFileRecorder};
+use burn::record::{
+    CompactRecorder, FullPrecisionSettings, JsonGzFileRecorder, NamedMpkFileRecorder,
+    PrettyJsonFileRecorder,
+};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use burn_fused_rnn::nn::{BiGru, BiGruConfig};
@@ -60,14 +64,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     model
         .clone()
         .save_file(format!("{dir}/model_compact"), &CompactRecorder::new())?;
-    model.save_file(
+    model.clone().save_file(
         format!("{dir}/model_full"),
         &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
+    )?;
+    model.clone().save_file(
+        format!("{dir}/model_pretty"),
+        &PrettyJsonFileRecorder::<FullPrecisionSettings>::new(),
+    )?;
+    model.save_file(
+        format!("{dir}/model_json"),
+        &JsonGzFileRecorder::<FullPrecisionSettings>::new(),
     )?;
     std::fs::write(
         format!("{dir}/expected.json"),
         serde_json::to_string_pretty(&expected)?,
     )?;
-    println!("wrote {dir}/model_compact.mpk, model_full.mpk, expected.json");
+    println!(
+        "wrote {dir}/model_compact.mpk, model_full.mpk, model_pretty.json, model_json.json.gz, \
+         expected.json"
+    );
     Ok(())
 }

@@ -27,9 +27,12 @@
 //! - **Which files.** Burn 0.21's `NamedMpkFileRecorder` in full or half precision
 //!   (`CompactRecorder` is the half-precision one, `DefaultRecorder` the full one) and
 //!   `NamedMpkGzFileRecorder`: a MessagePack map `{metadata, item}` whose `item` mirrors the
-//!   model's fields, every tensor a map `{id, param: {bytes, shape, dtype}}`. The Bin and
-//!   JSON recorders are not read: their files do not name the fields (Bin) or are rare
-//!   (JSON); load them on the 0.21 line and save with `NamedMpkFileRecorder` first.
+//!   model's fields, every tensor a map `{id, param: {bytes, shape, dtype}}`; and the JSON
+//!   recorders (`PrettyJsonFileRecorder`, `JsonGzFileRecorder`), whose files are the same
+//!   record as a JSON object (bytes as arrays of numbers), read into the same values. The
+//!   Bin recorders' files are not read: bincode does not name the fields, so only the 0.21
+//!   model type could decode them; load them on the 0.21 line and save with
+//!   `NamedMpkFileRecorder` first.
 //! - **Which keys.** A tensor at item path `a.b.weight` is the 0.22 model's tensor
 //!   `a.b.weight` (Burn's module paths did not change). A `FusedRnn`'s record (`{cells,
 //!   digest}`: one cell per layer and direction, canonical tensors) becomes PyTorch's names
@@ -194,10 +197,12 @@ impl std::error::Error for CheckpointError {
 }
 
 /// Loads a checkpoint that the Burn 0.21 line wrote (`model.save_file(path, &recorder)`
-/// with `NamedMpkFileRecorder`, `CompactRecorder` or `NamedMpkGzFileRecorder`) into
+/// with `NamedMpkFileRecorder`, `CompactRecorder`, `NamedMpkGzFileRecorder`,
+/// `PrettyJsonFileRecorder` or `JsonGzFileRecorder`) into
 /// `model`, the same model written for Burn 0.22 (Note [Upgrading checkpoints]).
 ///
-/// `path` is the file itself, extension included (`model.mpk`, `model.mpk.gz`).
+/// `path` is the file itself, extension included (`model.mpk`, `model.mpk.gz`,
+/// `model.json`, `model.json.gz`).
 ///
 /// # Errors
 ///
@@ -225,16 +230,28 @@ pub fn load_0_21_file<M: Module>(
     } else {
         bytes
     };
-    let value = rmpv::decode::read_value(&mut &bytes[..])
-        .map_err(|e| not_a_record(format!("no MessagePack value ({e})")))?;
-    let item = field(&value, "item").ok_or_else(|| {
-        not_a_record("MessagePack without the `item` of a Burn record".to_string())
-    })?;
+    // A JSON recorder's file is a JSON object; a MessagePack map never starts with `{`.
+    let json = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let value = if json {
+        let v: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| not_a_record(format!("damaged JSON ({e})")))?;
+        from_json(v)
+    } else {
+        rmpv::decode::read_value(&mut &bytes[..])
+            .map_err(|e| not_a_record(format!("no MessagePack value ({e})")))?
+    };
+    let item = field(&value, "item")
+        .ok_or_else(|| not_a_record("no `item` of a Burn record".to_string()))?;
     if let Some(format) = field(&value, "metadata")
         .and_then(|m| field(m, "format"))
         .and_then(Value::as_str)
     {
-        if !format.contains("NamedMpk") {
+        let readable = if json {
+            format.contains("Json")
+        } else {
+            format.contains("NamedMpk")
+        };
+        if !readable {
             return Err(not_a_record(format!("a record of {format}")));
         }
     }
@@ -407,6 +424,28 @@ pub fn load_file<M: Module>(mut model: M, path: impl AsRef<Path>) -> Result<M, C
         }
     }
     Ok(model)
+}
+
+/// A JSON value as the MessagePack value the same record would have been (maps keep their
+/// keys; numbers stay integers where they are).
+fn from_json(v: serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::Nil,
+        J::Bool(b) => Value::Boolean(b),
+        J::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+            (Some(u), _, _) => Value::from(u),
+            (_, Some(i), _) => Value::from(i),
+            (_, _, f) => Value::F64(f.unwrap_or(f64::NAN)),
+        },
+        J::String(s) => Value::from(s),
+        J::Array(items) => Value::Array(items.into_iter().map(from_json).collect()),
+        J::Object(map) => Value::Map(
+            map.into_iter()
+                .map(|(k, v)| (Value::from(k), from_json(v)))
+                .collect(),
+        ),
+    }
 }
 
 fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {

@@ -1,6 +1,7 @@
 //! Checkpoints written by the Burn 0.21 line (Note [Upgrading checkpoints]): a model
 //! holding a `FusedRnn`, a drop-in `BiGru` and a `Linear`, saved on 0.21 with
-//! `NamedMpkFileRecorder<FullPrecisionSettings>` and `CompactRecorder` (f16) by
+//! `NamedMpkFileRecorder<FullPrecisionSettings>`, `CompactRecorder` (f16) and the JSON
+//! recorders by
 //! `burn-0.21/examples/checkpoints_for_0_22.rs`, loads in one call into the same model
 //! written for Burn 0.22 and computes what the 0.21 model computed (its outputs, saved
 //! beside the files); damaged files and models that do not fit are errors naming the
@@ -112,6 +113,12 @@ fn full_precision_checkpoint_of_the_0_21_line_loads() {
 }
 
 #[test]
+fn json_checkpoints_of_the_0_21_line_load() {
+    outputs_match("model_pretty.json", 1e-5);
+    outputs_match("model_json.json.gz", 1e-5);
+}
+
+#[test]
 fn compact_recorder_checkpoint_of_the_0_21_line_loads() {
     // Weights stored in f16: the outputs are the 0.21 model's to f16's precision.
     outputs_match("model_compact.mpk", 1e-2);
@@ -193,6 +200,22 @@ fn a_file_that_is_not_a_0_21_record_is_refused() {
     std::fs::write(&path, b"not a record at all").unwrap();
     let err = load_0_21_file(model(&Device::flex(), 5), &path).unwrap_err();
     assert!(matches!(err, CheckpointError::NotARecord { .. }), "{err}");
+    // A JSON file cut short, and a JSON record of another recorder's format.
+    let text = std::fs::read_to_string(fixture("model_pretty.json")).unwrap();
+    std::fs::write(&path, &text[..text.len() / 2]).unwrap();
+    let err = load_0_21_file(model(&Device::flex(), 5), &path).unwrap_err();
+    assert!(err.to_string().contains("damaged JSON"), "{err}");
+    std::fs::write(
+        &path,
+        text.replace("PrettyJsonFileRecorder", "BinFileRecorder"),
+    )
+    .unwrap();
+    let err = load_0_21_file(model(&Device::flex(), 5), &path).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a record of burn_core::record::file::BinFileRecorder"),
+        "{err}"
+    );
     let missing = load_0_21_file(model(&Device::flex(), 5), fixture("nope.mpk")).unwrap_err();
     assert!(matches!(missing, CheckpointError::Io { .. }), "{missing}");
 }
