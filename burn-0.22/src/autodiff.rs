@@ -1,4 +1,5 @@
-//! The fused op on an autodiff device over a native backend: ONE backward node per call.
+//! The fused op on an autodiff device over a backend with a fused kernel (the native CPU
+//! kernel, the CubeCL kernels): ONE backward node per call.
 //!
 //! # Note [One node, many outputs]
 //!
@@ -21,7 +22,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, AutodiffBackend, Shape, Slice, TensorMetadata};
 
 use crate::descriptor::RnnDescriptor;
-use crate::native::{self, Inputs, NativeBackend, Outputs};
+use crate::prims::{FusedKernel, Inputs, Outputs};
 
 static BACKWARD_CALLS: AtomicUsize = AtomicUsize::new(0);
 static TRACKED_FORWARDS: AtomicUsize = AtomicUsize::new(0);
@@ -42,7 +43,7 @@ pub fn fused_tracked_forward_calls() -> usize {
 struct FusedRnnBackward;
 
 #[derive(Debug, Clone)]
-struct State<B: NativeBackend> {
+struct State<B: FusedKernel> {
     desc: RnnDescriptor,
     /// Checkpointed parents: x, h0, c0 (LSTM), weights.
     x: NodeId,
@@ -50,10 +51,10 @@ struct State<B: NativeBackend> {
     c0: Option<NodeId>,
     weights: NodeId,
     y: FloatTensor<B>,
-    reserve: FloatTensor<B>,
+    reserve: B::Reserve,
 }
 
-impl<B: NativeBackend> Backward<B, 4> for FusedRnnBackward {
+impl<B: FusedKernel> Backward<B, 4> for FusedRnnBackward {
     type State = State<B>;
 
     fn backward(
@@ -73,7 +74,7 @@ impl<B: NativeBackend> Backward<B, 4> for FusedRnnBackward {
             c0: s.c0.map(|id| checkpointer.retrieve_node_output(id)),
             weights: checkpointer.retrieve_node_output(s.weights),
         };
-        let g = native::backward(&s.desc, &inputs, &s.y, s.reserve, dy, dh_n, dc_n);
+        let g = B::fused_backward(&s.desc, &inputs, &s.y, s.reserve, dy, dh_n, dc_n);
         if let Some(node) = node_x {
             grads.register::<B>(node.id, g.dx);
         }
@@ -122,7 +123,7 @@ fn unpack<B: burn::backend::Backend>(
 }
 
 /// The fused op on `Autodiff<B, C>` tensors. `inputs.c0` is present for LSTM only.
-pub(crate) fn forward<B: NativeBackend, C: CheckpointStrategy>(
+pub(crate) fn forward<B: FusedKernel, C: CheckpointStrategy>(
     desc: &RnnDescriptor,
     inputs: Inputs<Autodiff<B, C>>,
 ) -> Outputs<Autodiff<B, C>> {
@@ -148,7 +149,7 @@ pub(crate) fn forward<B: NativeBackend, C: CheckpointStrategy>(
             let state_c0 = inputs.c0.as_ref().map(|c0| prep.checkpoint(c0));
             let state_w = prep.checkpoint(&inputs.weights);
             let inner = inner_inputs(inputs);
-            let (out, reserve) = native::forward(desc, &inner, true);
+            let (out, reserve) = B::fused_forward(desc, &inner, true);
             let flat = |t: &FloatTensor<B>| {
                 let n = t.shape().num_elements();
                 B::float_reshape(t.clone(), Shape::new([n]))
@@ -176,7 +177,7 @@ pub(crate) fn forward<B: NativeBackend, C: CheckpointStrategy>(
             }
         }
         OpsKind::UnTracked(_) => {
-            let (out, _) = native::forward(desc, &inner_inputs(inputs), false);
+            let (out, _) = B::fused_forward(desc, &inner_inputs(inputs), false);
             Outputs {
                 y: <Autodiff<B, C>>::from_inner(out.y),
                 h_n: <Autodiff<B, C>>::from_inner(out.h_n),
@@ -186,7 +187,7 @@ pub(crate) fn forward<B: NativeBackend, C: CheckpointStrategy>(
     }
 }
 
-fn inner_inputs<B: NativeBackend, C: CheckpointStrategy>(
+fn inner_inputs<B: FusedKernel, C: CheckpointStrategy>(
     inputs: Inputs<Autodiff<B, C>>,
 ) -> Inputs<B> {
     Inputs {

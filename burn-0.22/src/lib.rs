@@ -3,6 +3,13 @@
 //! cuDNN) weights. The repository's README says what this line has and what it does not
 //! have yet, beside the Burn 0.21 line.
 //!
+//! Where a call runs follows its input's device ([`route_of`], Note [Call routing] in
+//! [`ops`]): the native CPU kernel on NdArray and Flex (features `ndarray`, `flex`, on by
+//! default), the CubeCL kernels on Wgpu (feature `wgpu`; `fusion` for Wgpu under Burn's
+//! kernel fusion), the reference in Burn tensor ops elsewhere; under autodiff (feature
+//! `autodiff`, on by default) the first two run inside one backward node per call.
+//! Feature `testing` adds the backend-parity suite ([`testing`]).
+//!
 //! A unidirectional module also decodes step by step: [`FusedRnn::prepare`] builds its
 //! flat weights once, and each [`PreparedRnn::step`] runs every layer for one step as one
 //! fused call (Note [Step-by-step decoding] on [`PreparedRnn`]).
@@ -63,10 +70,15 @@
 //! ```
 #![warn(missing_docs)]
 
-#[cfg(all(feature = "autodiff", any(feature = "ndarray", feature = "flex")))]
+#[cfg(all(
+    feature = "autodiff",
+    any(feature = "ndarray", feature = "flex", feature = "wgpu")
+))]
 pub mod autodiff;
 pub mod checkpoint;
 pub mod config;
+#[cfg(feature = "wgpu")]
+pub mod cube;
 mod dropout;
 pub mod interop;
 mod module;
@@ -74,6 +86,7 @@ mod module;
 mod native;
 pub mod nn;
 pub mod ops;
+mod prims;
 pub mod reference;
 mod step;
 #[cfg(feature = "testing")]

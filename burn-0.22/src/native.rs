@@ -33,31 +33,7 @@ pub(crate) trait NativeBackend: Backend {
     fn take_f64(t: FloatTensor<Self>) -> Vec<f64>;
 }
 
-/// The tensors of one call, as primitives of backend `B`: `h0` and (LSTM) `c0` present.
-#[derive(Debug, Clone)]
-pub(crate) struct Inputs<B: Backend> {
-    pub x: FloatTensor<B>,
-    pub h0: FloatTensor<B>,
-    pub c0: Option<FloatTensor<B>>,
-    pub weights: FloatTensor<B>,
-}
-
-/// What one call returns, as primitives of backend `B`.
-#[derive(Debug, Clone)]
-pub(crate) struct Outputs<B: Backend> {
-    pub y: FloatTensor<B>,
-    pub h_n: FloatTensor<B>,
-    pub c_n: Option<FloatTensor<B>>,
-}
-
-/// Gradients flowing into the outputs (`None`: zero) or out to the inputs.
-#[derive(Debug, Clone)]
-pub(crate) struct Grads<B: Backend> {
-    pub dx: FloatTensor<B>,
-    pub dh0: FloatTensor<B>,
-    pub dc0: Option<FloatTensor<B>>,
-    pub dweights: FloatTensor<B>,
-}
+pub(crate) use crate::prims::{Grads, Inputs, Outputs};
 
 /// An element type the kernel computes in.
 trait Host: kernel::Element + burn::backend::Element {
@@ -344,5 +320,29 @@ mod flex_impl {
         fn take_f64(t: FlexTensor) -> Vec<f64> {
             t.into_data().try_into_vec::<f64>().expect("an F64 tensor")
         }
+    }
+}
+
+impl<B: NativeBackend> crate::prims::FusedKernel for B {
+    type Reserve = FloatTensor<B>;
+
+    fn fused_forward(
+        desc: &RnnDescriptor,
+        inputs: &Inputs<B>,
+        training: bool,
+    ) -> (Outputs<B>, Option<FloatTensor<B>>) {
+        forward(desc, inputs, training)
+    }
+
+    fn fused_backward(
+        desc: &RnnDescriptor,
+        inputs: &Inputs<B>,
+        y: &FloatTensor<B>,
+        reserve: FloatTensor<B>,
+        dy: Option<FloatTensor<B>>,
+        dh_n: Option<FloatTensor<B>>,
+        dc_n: Option<FloatTensor<B>>,
+    ) -> Grads<B> {
+        backward(desc, inputs, y, reserve, dy, dh_n, dc_n)
     }
 }

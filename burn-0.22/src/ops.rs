@@ -10,7 +10,15 @@
 //!   host memory in place;
 //! - NdArray or Flex under autodiff: the same kernel inside ONE backward node per call
 //!   ([`crate::autodiff`]), for either of Burn's gradient-checkpointing strategies;
-//! - any other device (Wgpu, the CubeCL CPU runtime, LibTorch, Remote, ...): the reference
+//! - a Wgpu device (feature `wgpu`): the CubeCL kernels ([`crate::cube`]), under
+//!   autodiff inside the same one backward node; F64, sizes past the kernels' 32-bit
+//!   indices and calls while [`crate::cube::set_enabled`] is off run the reference (Note
+//!   [Cube fallback] in [`crate::cube`]). With this crate's `fusion` feature (Burn's
+//!   `fusion`, which wraps the CubeCL backend in Fusion) each call is one custom operation
+//!   in the fusion stream; when Burn's `fusion` is on but this crate's is not (turned on
+//!   by another crate of the build), calls on Wgpu run the reference;
+//! - any other device (the other cubecl runtimes: CUDA, ROCm, Metal's own, the CPU runtime;
+//!   LibTorch, Remote, ...): the reference
 //!   ([`crate::reference`]), Burn tensor ops that Burn's autodiff traces op by op.
 //!
 //! The native route takes each tensor out of the dispatch layer as its backend's primitive
@@ -41,6 +49,8 @@ pub struct FusedRnnOutput {
 pub enum Route {
     /// The native CPU kernel (NdArray, Flex), one backward node per call under autodiff.
     Native,
+    /// The CubeCL kernels (Wgpu), one backward node per call under autodiff.
+    Cube,
     /// The reference implementation in Burn tensor ops.
     Reference,
 }
@@ -63,6 +73,12 @@ pub fn route_of(input: &Tensor<3>) -> Route {
         DispatchDevice::NdArray(_) => Route::Native,
         #[cfg(feature = "flex")]
         DispatchDevice::Flex(_) => Route::Native,
+        #[cfg(feature = "wgpu")]
+        DispatchDevice::Cube(cubecl::Device::Wgpu(_))
+            if crate::cube::enabled() && crate::cube::routable() && input.dtype() != DType::F64 =>
+        {
+            Route::Cube
+        }
         _ => Route::Reference,
     }
 }
@@ -116,7 +132,14 @@ pub fn fused_rnn(
         || h0.as_ref().is_some_and(is_tracked)
         || c0.as_ref().is_some_and(is_tracked)
         || is_tracked(&weights);
-    if route_of(&input) == Route::Native {
+    let route = route_of(&input);
+    #[cfg(feature = "wgpu")]
+    let route = if route == Route::Cube && !crate::cube::runs(desc, input.dtype()) {
+        Route::Reference
+    } else {
+        route
+    };
+    if route != Route::Reference {
         let (device, dtype) = (input.device(), input.dtype());
         let h0 = h0.unwrap_or_else(|| Tensor::zeros(desc.hidden_shape(), (&device, dtype)));
         let c0 = desc
@@ -131,7 +154,12 @@ pub fn fused_rnn(
             weights,
         };
         let (parts, rewrap) = one_context(parts, training);
-        match native_route(desc, Box::new(parts)) {
+        let ran = match route {
+            #[cfg(feature = "wgpu")]
+            Route::Cube => cube_route(desc, Box::new(parts)),
+            _ => native_route(desc, Box::new(parts)),
+        };
+        match ran {
             Ok(out) if rewrap => FusedRnnOutput {
                 output: out.output.autodiff(),
                 hidden: out.hidden.autodiff(),
@@ -230,33 +258,71 @@ pub(crate) fn is_tracked<const D: usize>(_: &Tensor<D>) -> bool {
 
 /// The native route (Note [Call routing]); gives the tensors back when they do not all live on
 /// one native backend.
+#[allow(unused_variables)]
 fn native_route(desc: &RnnDescriptor, parts: Box<Parts>) -> Result<FusedRnnOutput, Box<Parts>> {
     #[cfg(feature = "ndarray")]
     #[allow(deprecated)] // Burn 0.22 deprecates NdArray in favour of Flex; both are served.
-    let parts = match native_on::<burn::backend::NdArray>(desc, parts) {
+    let parts = match kernel_on::<burn::backend::NdArray, burn::backend::NdArray>(desc, parts) {
         Ok(out) => return Ok(out),
         Err(parts) => parts,
     };
     #[cfg(feature = "flex")]
-    let parts = match native_on::<burn::backend::Flex>(desc, parts) {
+    let parts = match kernel_on::<burn::backend::Flex, burn::backend::Flex>(desc, parts) {
         Ok(out) => return Ok(out),
         Err(parts) => parts,
     };
     Err(parts)
 }
 
-/// Runs the call on backend `B` (plain, or under autodiff with either checkpointing
-/// strategy) when every tensor converts to it; else hands the tensors back untouched.
-#[cfg(any(feature = "ndarray", feature = "flex"))]
-fn native_on<B>(desc: &RnnDescriptor, parts: Box<Parts>) -> Result<FusedRnnOutput, Box<Parts>>
+/// The CubeCL route (Note [Call routing]): the kernels on Burn's CubeCL backend, when
+/// dispatch's `Cube` is that backend itself, or (feature `fusion`) that backend under
+/// Fusion, where each call is one custom operation.
+#[cfg(feature = "wgpu")]
+fn cube_route(desc: &RnnDescriptor, parts: Box<Parts>) -> Result<FusedRnnOutput, Box<Parts>> {
+    #[cfg(feature = "fusion")]
+    let parts = match kernel_on::<burn_fusion::Fusion<burn_cubecl::CubeBackend>, burn::backend::Cube>(
+        desc, parts,
+    ) {
+        Ok(out) => return Ok(out),
+        Err(parts) => parts,
+    };
+    kernel_on::<burn_cubecl::CubeBackend, burn::backend::Cube>(desc, parts)
+}
+
+/// `a` as type `T`, which is its own type under another name: the dispatch layer's backend
+/// `D` as the kernel's backend `K` of [`kernel_on`] (checked by [`kernel_on`] first).
+#[cfg(any(feature = "ndarray", feature = "flex", feature = "wgpu"))]
+fn same<A: 'static, T: 'static>(a: A) -> T {
+    let boxed: Box<dyn std::any::Any> = Box::new(a);
+    *boxed
+        .downcast::<T>()
+        .unwrap_or_else(|_| unreachable!("kernel_on checked that the types are one"))
+}
+
+/// Runs the call with the fused kernel of backend `K` when every tensor converts to the
+/// dispatch layer's backend `D` (plain, or under autodiff with either checkpointing
+/// strategy) and `D` is `K`; else hands the tensors back untouched.
+///
+/// `D` and `K` are one type under two names: dispatch names its CubeCL backend `Cube`,
+/// which is the kernels' `CubeBackend` itself, unless Burn's `fusion` feature (which a
+/// user's build may turn on) makes it `Fusion<CubeBackend>`. The check is at run time, so
+/// that this crate builds either way.
+#[cfg(any(feature = "ndarray", feature = "flex", feature = "wgpu"))]
+fn kernel_on<K, D>(desc: &RnnDescriptor, parts: Box<Parts>) -> Result<FusedRnnOutput, Box<Parts>>
 where
-    B: crate::native::NativeBackend,
-    burn::backend::DispatchTensor: burn::backend::DispatchKindConversion<B>,
-    burn::backend::DispatchTensor: AutodiffConversions<B>,
+    K: crate::prims::FusedKernel,
+    D: burn::backend::Backend,
+    burn::backend::DispatchTensor: burn::backend::DispatchKindConversion<D>,
+    burn::backend::DispatchTensor: AutodiffConversions<D>,
 {
-    if let Some(inputs) = convert::<B>(&parts) {
-        let (out, _) = crate::native::forward(desc, &inputs, false);
-        return Ok(wrap::<B>(out));
+    use std::any::TypeId;
+    if TypeId::of::<K>() != TypeId::of::<D>() {
+        return Err(parts);
+    }
+    if let Some(inputs) = convert::<D>(&parts) {
+        let inputs: crate::prims::Inputs<K> = same(inputs);
+        let (out, _) = K::fused_forward(desc, &inputs, false);
+        return Ok(wrap::<D>(same(out)));
     }
     #[cfg(feature = "autodiff")]
     {
@@ -264,17 +330,21 @@ where
             BalancedCheckpointing, NoCheckpointing,
         };
         use burn::backend::Autodiff;
-        if let Some(inputs) = convert::<Autodiff<B, NoCheckpointing>>(&parts) {
-            return Ok(wrap(crate::autodiff::forward(desc, inputs)));
+        if let Some(inputs) = convert::<Autodiff<D, NoCheckpointing>>(&parts) {
+            let inputs: crate::prims::Inputs<Autodiff<K, NoCheckpointing>> = same(inputs);
+            let out = crate::autodiff::forward(desc, inputs);
+            return Ok(wrap::<Autodiff<D, NoCheckpointing>>(same(out)));
         }
-        if let Some(inputs) = convert::<Autodiff<B, BalancedCheckpointing>>(&parts) {
-            return Ok(wrap(crate::autodiff::forward(desc, inputs)));
+        if let Some(inputs) = convert::<Autodiff<D, BalancedCheckpointing>>(&parts) {
+            let inputs: crate::prims::Inputs<Autodiff<K, BalancedCheckpointing>> = same(inputs);
+            let out = crate::autodiff::forward(desc, inputs);
+            return Ok(wrap::<Autodiff<D, BalancedCheckpointing>>(same(out)));
         }
     }
     Err(parts)
 }
 
-/// The conversions of the dispatch layer to `Autodiff<B, C>` that [`native_on`] needs.
+/// The conversions of the dispatch layer to `Autodiff<B, C>` that [`kernel_on`] needs.
 #[cfg(feature = "autodiff")]
 pub(crate) trait AutodiffConversions<B: burn::backend::Backend>:
     burn::backend::DispatchKindConversion<
@@ -312,13 +382,13 @@ pub(crate) trait AutodiffConversions<B> {}
 impl<B, T> AutodiffConversions<B> for T {}
 
 /// Every tensor of `parts` as a primitive of backend `B`, or `None` when one is not.
-#[cfg(any(feature = "ndarray", feature = "flex"))]
-fn convert<B>(parts: &Parts) -> Option<crate::native::Inputs<B>>
+#[cfg(any(feature = "ndarray", feature = "flex", feature = "wgpu"))]
+fn convert<B>(parts: &Parts) -> Option<crate::prims::Inputs<B>>
 where
     B: burn::backend::Backend,
     burn::backend::DispatchTensor: burn::backend::DispatchKindConversion<B>,
 {
-    Some(crate::native::Inputs {
+    Some(crate::prims::Inputs {
         x: parts.x.clone().try_into_primitive::<B>().ok()?,
         h0: parts.h0.clone().try_into_primitive::<B>().ok()?,
         c0: match &parts.c0 {
@@ -329,8 +399,8 @@ where
     })
 }
 
-#[cfg(any(feature = "ndarray", feature = "flex"))]
-fn wrap<B>(out: crate::native::Outputs<B>) -> FusedRnnOutput
+#[cfg(any(feature = "ndarray", feature = "flex", feature = "wgpu"))]
+fn wrap<B>(out: crate::prims::Outputs<B>) -> FusedRnnOutput
 where
     B: burn::backend::Backend,
     burn::backend::DispatchTensor: burn::backend::DispatchKindConversion<B>,

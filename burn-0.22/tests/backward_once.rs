@@ -8,9 +8,29 @@ use burn::tensor::{DType, Device, Distribution, Tensor};
 use burn_fused_rnn::autodiff::{fused_backward_calls, fused_tracked_forward_calls};
 use burn_fused_rnn::{FusedRnnConfig, RnnMode};
 
+/// The devices whose calls run a fused kernel: NdArray, Flex, and (feature `wgpu`) Wgpu
+/// when it has an adapter here (the CubeCL kernels; a missing adapter is a failure under
+/// `BURN_FUSED_RNN_REQUIRE_WGPU=1`, as in `tests/parity.rs`).
+fn devices() -> Vec<Device> {
+    #[allow(unused_mut)]
+    let mut devices = vec![Device::ndarray().autodiff(), Device::flex().autodiff()];
+    #[cfg(feature = "wgpu")]
+    {
+        use burn::tensor::DeviceType;
+        if !Device::enumerate(DeviceType::Wgpu).is_empty() {
+            devices.push(Device::wgpu(Default::default()).autodiff());
+        } else if std::env::var("BURN_FUSED_RNN_REQUIRE_WGPU").as_deref() == Ok("1") {
+            panic!("BURN_FUSED_RNN_REQUIRE_WGPU=1, but Wgpu has no adapter here");
+        } else {
+            eprintln!("SKIPPED one_backward_per_call on Wgpu: no Wgpu adapter");
+        }
+    }
+    devices
+}
+
 #[test]
 fn one_backward_per_call() {
-    for device in [Device::ndarray().autodiff(), Device::flex().autodiff()] {
+    for device in devices() {
         let rnn = FusedRnnConfig::new(RnnMode::Lstm, 4, 5)
             .with_num_layers(2)
             .with_bidirectional(true)

@@ -79,24 +79,30 @@ fn the_suite_fails_what_differs() {
         .starts_with(&format!("case {}, F32: y at [", case.name())));
 }
 
-/// Wgpu (feature `wgpu`): its calls run the reference's Burn ops on Wgpu (Note [Call
-/// routing]), and its gradients Burn's autodiff through them. Each test first checks that
-/// Wgpu has an adapter here and otherwise skips with a message, as the 0.21 line's Wgpu
-/// tests do; `.ci/run` installs lavapipe (Vulkan on the CPU) and sets
-/// `BURN_FUSED_RNN_REQUIRE_WGPU=1`, which turns a missing adapter into a failure. F32 only:
-/// lavapipe has F16 but the reference's half path casts to F32 for every op, which the
-/// F32 run already covers, at twice the time.
+/// Wgpu (feature `wgpu`): its calls run the CubeCL kernels (Note [Call routing]), under
+/// autodiff in one backward node; switched off, the reference's Burn ops, whose gradients
+/// are Burn's autodiff through them. Each test first checks that Wgpu has an adapter here
+/// and otherwise skips with a message, as the 0.21 line's Wgpu tests do; `.ci/run`
+/// installs lavapipe (Vulkan on the CPU) and sets `BURN_FUSED_RNN_REQUIRE_WGPU=1`, which
+/// turns a missing adapter into a failure. The tests hold one lock: the kernels' switch
+/// and call counter are the process's.
 #[cfg(feature = "wgpu")]
 mod wgpu {
+    use std::sync::{Mutex, MutexGuard};
+
     use burn::tensor::{DType, Device, DeviceType};
+    use burn_fused_rnn::cube;
     use burn_fused_rnn::testing::assert_parity;
     use burn_fused_rnn::{route_of, RnnMode, Route};
 
-    /// `true` when Wgpu lists an adapter here; otherwise prints `SKIPPED {test}: …` and
-    /// returns `false`, or panics when `BURN_FUSED_RNN_REQUIRE_WGPU=1`.
-    fn wgpu_available(test: &str) -> bool {
+    static LOCK: Mutex<()> = Mutex::new(());
+
+    /// The lock and the Wgpu device when Wgpu lists an adapter here; otherwise prints
+    /// `SKIPPED {test}: …` and returns `None`, or panics when `BURN_FUSED_RNN_REQUIRE_WGPU=1`.
+    fn wgpu(test: &str) -> Option<(MutexGuard<'static, ()>, Device)> {
+        let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
         if !Device::enumerate(DeviceType::Wgpu).is_empty() {
-            return true;
+            return Some((guard, Device::wgpu(Default::default())));
         }
         let reason = "no Wgpu adapter (on Debian/Ubuntu, `apt-get install \
                       mesa-vulkan-drivers libvulkan1` gives lavapipe, Vulkan on the CPU)";
@@ -104,17 +110,25 @@ mod wgpu {
             panic!("{test}: BURN_FUSED_RNN_REQUIRE_WGPU=1, but {reason}");
         }
         eprintln!("SKIPPED {test}: {reason}");
-        false
+        None
+    }
+
+    /// The grid's cases of `mode` through the kernels, in `dtype`, on `device`.
+    fn kernels(test: &str, device: &Device, dtype: DType, mode: Option<RnnMode>) {
+        let x = burn::tensor::Tensor::<3>::zeros([1, 1, 1], (device, dtype));
+        assert_eq!(route_of(&x), Route::Cube, "{test}");
+        let before = cube::kernel_calls();
+        assert_parity(device, dtype, |case| mode.is_none_or(|m| case.mode == m));
+        assert!(
+            cube::kernel_calls() > before,
+            "{test}: the CubeCL kernels ran no call"
+        );
     }
 
     fn run(test: &str, mode: RnnMode) {
-        if !wgpu_available(test) {
-            return;
+        if let Some((_lock, device)) = wgpu(test) {
+            kernels(test, &device, DType::F32, Some(mode));
         }
-        let device = Device::wgpu(Default::default());
-        let x = burn::tensor::Tensor::<3>::zeros([1, 1, 1], &device);
-        assert_eq!(route_of(&x), Route::Reference);
-        assert_parity(&device, DType::F32, |case| case.mode == mode);
     }
 
     #[test]
@@ -135,6 +149,46 @@ mod wgpu {
     #[test]
     fn rnn_relu() {
         run("wgpu::rnn_relu", RnnMode::RnnRelu);
+    }
+
+    /// The kernels on F16 inputs (computed in F32, Note [Half precision]), where the
+    /// adapter has F16, and under Burn's gradient checkpointing (the node keeps the
+    /// device's strategy): every mode.
+    #[test]
+    fn f16_and_checkpointing() {
+        let test = "wgpu::f16_and_checkpointing";
+        if let Some((_lock, device)) = wgpu(test) {
+            if device.supports_dtype(DType::F16) {
+                kernels(test, &device, DType::F16, None);
+            } else {
+                println!("SKIPPED {test} in F16: this adapter has no F16");
+            }
+            let checkpointing = device.autodiff().gradient_checkpointing();
+            kernels(test, &checkpointing, DType::F32, None);
+        }
+    }
+
+    /// Switched off, calls on Wgpu route to the reference (Note [Cube fallback]), which the
+    /// suite checks in turn: no kernel call, the same grid passing.
+    #[test]
+    fn switched_off_the_reference_runs() {
+        let test = "wgpu::switched_off_the_reference_runs";
+        if let Some((_lock, device)) = wgpu(test) {
+            cube::set_enabled(false);
+            let x = burn::tensor::Tensor::<3>::zeros([1, 1, 1], &device);
+            let route = route_of(&x);
+            let before = cube::kernel_calls();
+            let result = std::panic::catch_unwind(|| {
+                assert_parity(&device, DType::F32, |case| case.mode == RnnMode::Gru)
+            });
+            let calls = cube::kernel_calls() - before;
+            cube::set_enabled(true);
+            assert_eq!(route, Route::Reference);
+            assert_eq!(calls, 0, "{test}: the kernels ran while switched off");
+            if let Err(panic) = result {
+                std::panic::resume_unwind(panic);
+            }
+        }
     }
 }
 

@@ -1,0 +1,381 @@
+//! The CubeCL kernels under Fusion (feature `fusion`): each call is ONE custom operation
+//! in Burn's fusion stream.
+//!
+//! With Burn's `fusion` feature, dispatch's CubeCL backend is `Fusion<CubeBackend>`, so this
+//! is what a Wgpu user with fusion runs. A forward or backward registers a `CustomOpIr`
+//! whose execution reads the inner `CubeBackend` tensors from the stream's handles and runs
+//! the kernels' forward or backward on them (the [`FusedKernel`] impl of `CubeBackend` in
+//! `super`). The stream flushes the element-wise work queued before the op, runs it once,
+//! and treats its outputs as ordinary tensors, which Fusion may fuse into what follows.
+//!
+//! # Note [Declared outputs]
+//!
+//! A custom op declares its outputs' shapes and dtypes when it is registered, before it
+//! runs, and Fusion builds the tensors it hands on from that declaration. A forward's
+//! outputs are `y`, `h_n` and (LSTM) `c_n` in the descriptor's shapes and the input's
+//! dtype, then, for a training forward, the reserve (Note [Cube reserve] in `super`: `F32`
+//! tensors whose shapes follow from the descriptor alone); a backward's are `dx`, `dh0`,
+//! (LSTM) `dc0` and the weight gradient. Output gradients that are zero (`None`) are left
+//! out of the backward's inputs; which ones are present travels with the op. The
+//! execution compares the count, shape and dtype of every tensor the kernels returned with
+//! the declaration and fails the op naming the first mismatch, instead of handing on a
+//! tensor whose buffer is not what its declared shape says.
+
+use burn::backend::{DType, Shape, TensorMetadata};
+use burn_cubecl::CubeBackend;
+use burn_fusion::custom::{
+    CustomOpIr, HandleContainer, Operation, OperationIr, StreamId, TensorIr,
+};
+use burn_fusion::{ExecutionError, Fusion, FusionBackend, FusionRuntime, FusionTensor};
+
+use crate::descriptor::RnnDescriptor;
+use crate::prims::{FusedKernel, Grads, Inputs, Outputs};
+
+type Runtime = <CubeBackend as FusionBackend>::FusionRuntime;
+type Handles = HandleContainer<<Runtime as FusionRuntime>::FusionHandle>;
+type Lazy = FusionTensor<Runtime>;
+type Inner = burn_cubecl::tensor::CubeTensor;
+
+/// Which output gradients a backward carries (Note [Declared outputs]).
+#[derive(Debug, Clone, Copy)]
+struct Present {
+    dy: bool,
+    dh_n: bool,
+    dc_n: bool,
+}
+
+#[derive(Debug)]
+struct ForwardOp {
+    ir: CustomOpIr,
+    desc: RnnDescriptor,
+    training: bool,
+}
+
+#[derive(Debug)]
+struct BackwardOp {
+    ir: CustomOpIr,
+    desc: RnnDescriptor,
+    present: Present,
+}
+
+/// Reads an op's inputs in order.
+struct Reader<'a> {
+    handles: &'a mut Handles,
+    inputs: std::slice::Iter<'a, TensorIr>,
+}
+
+impl Reader<'_> {
+    fn next(&mut self) -> Inner {
+        let ir = self
+            .inputs
+            .next()
+            .expect("the custom op holds every input it declared");
+        self.handles.get_float_tensor::<CubeBackend>(ir)
+    }
+
+    fn next_if(&mut self, present: bool) -> Option<Inner> {
+        present.then(|| self.next())
+    }
+
+    fn call_inputs(&mut self, desc: &RnnDescriptor) -> Inputs<CubeBackend> {
+        Inputs {
+            x: self.next(),
+            h0: self.next(),
+            c0: self.next_if(desc.spec.mode.has_cell_state()),
+            weights: self.next(),
+        }
+    }
+}
+
+/// `Err` unless the tensors an op's execution returned (`names`, shapes and dtypes) are the
+/// ones it declared at registration, in count, shape and dtype (Note [Declared outputs]).
+fn check_declared(
+    op: &str,
+    names: &[String],
+    declared: &[(Shape, DType)],
+    got: &[(Shape, DType)],
+) -> Result<(), String> {
+    if got.len() != declared.len() {
+        return Err(format!(
+            "expected {op} to return the {} tensors it declared ({}), got {}",
+            declared.len(),
+            names.join(", "),
+            got.len()
+        ));
+    }
+    for ((name, (shape, dtype)), (got_shape, got_dtype)) in names.iter().zip(declared).zip(got) {
+        if shape != got_shape || dtype != got_dtype {
+            return Err(format!(
+                "expected {op}'s {name} of shape {:?} and dtype {dtype:?}, as declared at \
+                 registration, got shape {:?} and dtype {got_dtype:?}",
+                shape.as_slice(),
+                got_shape.as_slice()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the tensors against the op's declaration, then registers them as its outputs.
+fn register_outputs(
+    handles: &mut Handles,
+    ir: &CustomOpIr,
+    names: &[String],
+    tensors: Vec<Inner>,
+) -> Result<(), ExecutionError> {
+    let declared: Vec<(Shape, DType)> = ir
+        .outputs
+        .iter()
+        .map(|t| (t.shape.clone(), t.dtype))
+        .collect();
+    let got: Vec<(Shape, DType)> = tensors.iter().map(|t| (t.shape(), t.dtype())).collect();
+    check_declared(&ir.id, names, &declared, &got).map_err(ExecutionError::generic)?;
+    for (out, tensor) in ir.outputs.iter().zip(tensors) {
+        handles.register_float_tensor::<CubeBackend>(&out.id, tensor);
+    }
+    Ok(())
+}
+
+/// The names of a forward's outputs, in declaration order.
+fn forward_names(cell: bool, reserve: usize) -> Vec<String> {
+    let mut names = vec!["y".to_string(), "h_n".to_string()];
+    if cell {
+        names.push("c_n".into());
+    }
+    names.extend((0..reserve).map(|i| format!("reserve[{i}]")));
+    names
+}
+
+/// The names of a backward's outputs, in declaration order.
+fn backward_names(cell: bool) -> Vec<String> {
+    let mut names = vec!["dx".to_string(), "dh0".to_string()];
+    if cell {
+        names.push("dc0".into());
+    }
+    names.push("dweights".into());
+    names
+}
+
+impl Operation<Runtime> for ForwardOp {
+    fn execute(&self, handles: &mut Handles) -> Result<(), ExecutionError> {
+        let mut reader = Reader {
+            handles,
+            inputs: self.ir.inputs.iter(),
+        };
+        let inputs = reader.call_inputs(&self.desc);
+        let handles = reader.handles;
+        let (out, reserve) = CubeBackend::fused_forward(&self.desc, &inputs, self.training);
+        let reserve = reserve.unwrap_or_default();
+        let names = forward_names(out.c_n.is_some(), reserve.len());
+        let tensors: Vec<Inner> = [out.y, out.h_n]
+            .into_iter()
+            .chain(out.c_n)
+            .chain(reserve)
+            .collect();
+        register_outputs(handles, &self.ir, &names, tensors)
+    }
+}
+
+impl Operation<Runtime> for BackwardOp {
+    fn execute(&self, handles: &mut Handles) -> Result<(), ExecutionError> {
+        let mut reader = Reader {
+            handles,
+            inputs: self.ir.inputs.iter(),
+        };
+        let inputs = reader.call_inputs(&self.desc);
+        let reserve_len = super::plan::reserve_shapes(&self.desc).len();
+        let reserve: Vec<Inner> = (0..reserve_len).map(|_| reader.next()).collect();
+        let dy = reader.next_if(self.present.dy);
+        let dh_n = reader.next_if(self.present.dh_n);
+        let dc_n = reader.next_if(self.present.dc_n);
+        let handles = reader.handles;
+        let y = inputs.x.clone(); // unread by the kernels' backward
+        let g = CubeBackend::fused_backward(&self.desc, &inputs, &y, reserve, dy, dh_n, dc_n);
+        let names = backward_names(g.dc0.is_some());
+        let tensors: Vec<Inner> = [g.dx, g.dh0]
+            .into_iter()
+            .chain(g.dc0)
+            .chain([g.dweights])
+            .collect();
+        register_outputs(handles, &self.ir, &names, tensors)
+    }
+}
+
+fn uninit(x: &Lazy, shape: &[usize], dtype: DType) -> TensorIr {
+    TensorIr::uninit(
+        x.client.create_empty_handle(),
+        Shape::from(shape.to_vec()),
+        dtype,
+    )
+}
+
+/// The call's inputs, in the order the ops read them.
+fn input_tensors(inputs: &Inputs<Fusion<CubeBackend>>) -> Vec<Lazy> {
+    [
+        Some(inputs.x.clone()),
+        Some(inputs.h0.clone()),
+        inputs.c0.clone(),
+        Some(inputs.weights.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Registers `ir` with `op` on the current stream; its declared outputs, lazily.
+fn register(x: &Lazy, ir: CustomOpIr, op: impl Operation<Runtime> + 'static) -> Vec<Lazy> {
+    x.client
+        .register(StreamId::current(), OperationIr::Custom(ir), op)
+}
+
+impl FusedKernel for Fusion<CubeBackend> {
+    type Reserve = Vec<Lazy>;
+
+    fn fused_forward(
+        desc: &RnnDescriptor,
+        inputs: &Inputs<Self>,
+        training: bool,
+    ) -> (Outputs<Self>, Option<Vec<Lazy>>) {
+        let x = &inputs.x;
+        let dtype = x.dtype();
+        let mut outputs = vec![
+            uninit(x, &desc.output_shape(), dtype),
+            uninit(x, &desc.hidden_shape(), dtype),
+        ];
+        let cell = desc.spec.mode.has_cell_state();
+        if cell {
+            outputs.push(uninit(x, &desc.cell_shape(), dtype));
+        }
+        if training {
+            for shape in super::plan::reserve_shapes(desc) {
+                outputs.push(uninit(x, &shape, DType::F32));
+            }
+        }
+        let ir_inputs: Vec<TensorIr> = input_tensors(inputs)
+            .into_iter()
+            .map(FusionTensor::into_ir)
+            .collect();
+        let ir = CustomOpIr::new("fused_rnn_forward", &ir_inputs, &outputs);
+        let op = ForwardOp {
+            ir: ir.clone(),
+            desc: desc.clone(),
+            training,
+        };
+        let mut outs = register(x, ir, op).into_iter();
+        let y = outs.next().expect("declared y");
+        let h_n = outs.next().expect("declared h_n");
+        let c_n = cell.then(|| outs.next().expect("declared c_n"));
+        let reserve = training.then(|| outs.collect());
+        (Outputs { y, h_n, c_n }, reserve)
+    }
+
+    fn fused_backward(
+        desc: &RnnDescriptor,
+        inputs: &Inputs<Self>,
+        _y: &Lazy,
+        reserve: Vec<Lazy>,
+        dy: Option<Lazy>,
+        dh_n: Option<Lazy>,
+        dc_n: Option<Lazy>,
+    ) -> Grads<Self> {
+        let x = &inputs.x;
+        let dtype = x.dtype();
+        let cell = desc.spec.mode.has_cell_state();
+        let mut outputs = vec![
+            uninit(x, &desc.input_shape(), dtype),
+            uninit(x, &desc.hidden_shape(), dtype),
+        ];
+        if cell {
+            outputs.push(uninit(x, &desc.cell_shape(), dtype));
+        }
+        outputs.push(uninit(x, &[desc.params_size()], dtype));
+        let present = Present {
+            dy: dy.is_some(),
+            dh_n: dh_n.is_some(),
+            dc_n: dc_n.is_some(),
+        };
+        let tensors: Vec<Lazy> = input_tensors(inputs)
+            .into_iter()
+            .chain(reserve)
+            .chain([dy, dh_n, dc_n].into_iter().flatten())
+            .collect();
+        let ir_inputs: Vec<TensorIr> = tensors.into_iter().map(FusionTensor::into_ir).collect();
+        let ir = CustomOpIr::new("fused_rnn_backward", &ir_inputs, &outputs);
+        let op = BackwardOp {
+            ir: ir.clone(),
+            desc: desc.clone(),
+            present,
+        };
+        let mut outs = register(x, ir, op).into_iter();
+        let dx = outs.next().expect("declared dx");
+        let dh0 = outs.next().expect("declared dh0");
+        let dc0 = cell.then(|| outs.next().expect("declared dc0"));
+        let dweights = outs.next().expect("declared dweights");
+        Grads {
+            dx,
+            dh0,
+            dc0,
+            dweights,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(dims: &[usize]) -> Shape {
+        Shape::from(dims.to_vec())
+    }
+
+    /// An LSTM training forward's declaration: y, h_n, c_n, one reserve tensor.
+    fn declared() -> Vec<(Shape, DType)> {
+        vec![
+            (s(&[5, 2, 3]), DType::F32),
+            (s(&[1, 2, 3]), DType::F32),
+            (s(&[1, 2, 3]), DType::F32),
+            (s(&[10, 15]), DType::F32),
+        ]
+    }
+
+    fn check(got: &[(Shape, DType)]) -> Result<(), String> {
+        check_declared(
+            "fused_rnn_forward",
+            &forward_names(true, 1),
+            &declared(),
+            got,
+        )
+    }
+
+    #[test]
+    fn the_declared_outputs_pass_the_check() {
+        assert_eq!(check(&declared()), Ok(()));
+        assert_eq!(forward_names(true, 1), ["y", "h_n", "c_n", "reserve[0]"]);
+        assert_eq!(backward_names(false), ["dx", "dh0", "dweights"]);
+    }
+
+    #[test]
+    fn another_count_shape_or_dtype_than_declared_fails_naming_it() {
+        let mut reserve = declared();
+        reserve[3].0 = s(&[10, 16]);
+        let e = check(&reserve).unwrap_err();
+        assert!(
+            e.contains("expected fused_rnn_forward's reserve[0] of shape [10, 15] and dtype F32, as declared at registration, got shape [10, 16] and dtype F32"),
+            "{e}"
+        );
+        let mut more = declared();
+        more.push((s(&[5, 2, 12]), DType::F32));
+        let e = check(&more).unwrap_err();
+        assert!(
+            e.contains("expected fused_rnn_forward to return the 4 tensors it declared (y, h_n, c_n, reserve[0]), got 5"),
+            "{e}"
+        );
+        let mut dtype = declared();
+        dtype[1].1 = DType::F16;
+        let e = check(&dtype).unwrap_err();
+        assert!(
+            e.contains("expected fused_rnn_forward's h_n of shape [1, 2, 3] and dtype F32, as declared at registration, got shape [1, 2, 3] and dtype F16"),
+            "{e}"
+        );
+    }
+}
