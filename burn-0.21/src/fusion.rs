@@ -31,6 +31,7 @@
 use std::marker::PhantomData;
 
 use burn::tensor::{DType, Shape, TensorMetadata};
+use burn_fused_rnn_core::declared::{backward_names, check_declared, forward_names};
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime, FusionTensor};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
@@ -119,27 +120,6 @@ impl<B: FusionBackend> Reader<'_, B> {
     }
 }
 
-/// Panics unless the tensors an op's execution returned (`names`, shapes and dtypes) are
-/// the ones it declared at registration, in count, shape and dtype (Note [Declared
-/// outputs]).
-fn check_declared(op: &str, names: &[String], declared: &[(Shape, DType)], got: &[(Shape, DType)]) {
-    assert!(
-        got.len() == declared.len(),
-        "expected {op} to return the {} tensors it declared ({}), got {}: a setting the inner backend reads changed between registration and execution, or the backend declares its outputs wrongly",
-        declared.len(),
-        names.join(", "),
-        got.len()
-    );
-    for ((name, (shape, dtype)), (got_shape, got_dtype)) in names.iter().zip(declared).zip(got) {
-        assert!(
-            shape == got_shape && dtype == got_dtype,
-            "expected {op}'s {name} of shape {:?} and dtype {dtype:?}, as declared at registration, got shape {:?} and dtype {got_dtype:?}",
-            shape.as_slice(),
-            got_shape.as_slice()
-        );
-    }
-}
-
 /// Checks the tensors against the op's declaration, then registers them as its outputs.
 fn register_outputs<B: FusionBackend>(
     handles: &mut Handles<B>,
@@ -148,35 +128,21 @@ fn register_outputs<B: FusionBackend>(
     outputs: &[TensorIr],
     tensors: Vec<B::FloatTensorPrimitive>,
 ) {
-    let declared: Vec<(Shape, DType)> = outputs
+    let declared: Vec<(Vec<usize>, DType)> = outputs
         .iter()
-        .map(|ir| (ir.shape.clone(), ir.dtype))
+        .map(|ir| (ir.shape.as_slice().to_vec(), ir.dtype))
         .collect();
-    let got: Vec<(Shape, DType)> = tensors.iter().map(|t| (t.shape(), t.dtype())).collect();
-    check_declared(op, names, &declared, &got);
+    let got: Vec<(Vec<usize>, DType)> = tensors
+        .iter()
+        .map(|t| (t.shape().as_slice().to_vec(), t.dtype()))
+        .collect();
+    // A panic: burn-fusion 0.21's operations cannot fail (Note [Declared outputs]).
+    if let Err(e) = check_declared(op, names, &declared, &got) {
+        panic!("{e}");
+    }
     for (ir, tensor) in outputs.iter().zip(tensors) {
         handles.register_float_tensor::<B>(&ir.id, tensor);
     }
-}
-
-/// The names of a forward's outputs, in declaration order.
-fn forward_names(cell: bool, reserve: usize) -> Vec<String> {
-    let mut names = vec!["y".to_string(), "h_n".to_string()];
-    if cell {
-        names.push("c_n".into());
-    }
-    names.extend((0..reserve).map(|i| format!("reserve[{i}]")));
-    names
-}
-
-/// The names of a backward's outputs, in declaration order.
-fn backward_names(cell: bool) -> Vec<String> {
-    let mut names = vec!["dx".to_string(), "dh0".to_string()];
-    if cell {
-        names.push("dc0".into());
-    }
-    names.push("dweights".into());
-    names
 }
 
 fn read_inputs<B: FusionBackend>(reader: &mut Reader<'_, B>, present: Present) -> RnnInputs<B> {
@@ -403,74 +369,5 @@ impl<B: FusionBackend + FusedRnnBackend> FusedRnnBackend for Fusion<B> {
             dc0,
             dweights,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn s(dims: &[usize]) -> Shape {
-        Shape::from(dims.to_vec())
-    }
-
-    /// An LSTM training forward's declaration: y, h_n, c_n, a 1-D reserve.
-    fn declared() -> Vec<(Shape, DType)> {
-        vec![
-            (s(&[5, 2, 3]), DType::F32),
-            (s(&[1, 2, 3]), DType::F32),
-            (s(&[1, 2, 3]), DType::F32),
-            (s(&[104]), DType::F32),
-        ]
-    }
-
-    fn check(got: &[(Shape, DType)]) -> Result<(), String> {
-        let names = forward_names(true, 1);
-        std::panic::catch_unwind(|| check_declared("fused_rnn_forward", &names, &declared(), got))
-            .map_err(|e| {
-                e.downcast_ref::<String>()
-                    .cloned()
-                    .unwrap_or_else(|| "a panic without a message".into())
-            })
-    }
-
-    #[test]
-    fn the_declared_outputs_pass_the_check() {
-        assert_eq!(check(&declared()), Ok(()));
-        assert_eq!(
-            forward_names(true, 1),
-            ["y", "h_n", "c_n", "reserve[0]"],
-            "one name per declared output"
-        );
-        assert_eq!(backward_names(false), ["dx", "dh0", "dweights"]);
-    }
-
-    #[test]
-    fn another_count_shape_or_dtype_than_declared_panics_naming_it() {
-        // A reserve of another algorithm (another tag in its length).
-        let mut reserve = declared();
-        reserve[3].0 = s(&[106]);
-        let e = check(&reserve).unwrap_err();
-        assert!(
-            e.contains("expected fused_rnn_forward's reserve[0] of shape [104] and dtype F32, as declared at registration, got shape [106] and dtype F32"),
-            "{e}"
-        );
-        // The reference's reserve (several tensors) where cuDNN's was declared.
-        let mut more = declared();
-        more.push((s(&[5, 2, 12]), DType::F32));
-        let e = check(&more).unwrap_err();
-        assert!(
-            e.contains("expected fused_rnn_forward to return the 4 tensors it declared (y, h_n, c_n, reserve[0]), got 5"),
-            "{e}"
-        );
-        let e = check(&declared()[..3]).unwrap_err();
-        assert!(e.contains("got 3"), "{e}");
-        let mut dtype = declared();
-        dtype[1].1 = DType::F16;
-        let e = check(&dtype).unwrap_err();
-        assert!(
-            e.contains("expected fused_rnn_forward's h_n of shape [1, 2, 3] and dtype F32, as declared at registration, got shape [1, 2, 3] and dtype F16"),
-            "{e}"
-        );
     }
 }

@@ -68,6 +68,12 @@ pub use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "ndarray", feature = "flex"))))]
 pub use burn_fused_rnn_core::cpu::{packed_weights_cached, PACKED_WEIGHTS_CACHE_ENTRIES};
+/// The spare training reserves of the native CPU kernel, kept for the next training forward
+/// (Note [Reserve reuse] in the core crate's kernel): how many are kept now, and freeing
+/// them (for a process that trained and now only infers).
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "ndarray", feature = "flex"))))]
+pub use burn_fused_rnn_core::cpu::{release_reserves, reserves_kept};
 
 /// Burn's Wgpu backend without fusion: the CubeCL kernels of [`cube`], on the GPU (or on
 /// the CPU through a Vulkan driver such as lavapipe), or the reference where they do not

@@ -116,3 +116,8 @@ pub use burn_fused_rnn_core::cpu::projection::{with_input_projection, InputProje
 /// `BURN_FUSED_RNN_SIMD`, or forced on a thread with [`with_simd_level`].
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
+/// The spare training reserves of the native CPU kernel, kept for the next training forward
+/// (Note [Reserve reuse] in the core crate's kernel): how many are kept now, and freeing
+/// them (for a process that trained and now only infers).
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+pub use burn_fused_rnn_core::cpu::{release_reserves, reserves_kept};

@@ -18,7 +18,11 @@
 //! - [`parity`]: the engine of the front-ends' backend-parity suites (the grid of cases,
 //!   their inputs, tolerances and the comparison);
 //! - [`cpu`] (feature `cpu-kernel`, on by default): the native CPU kernel on slices,
-//!   forward, backward and one-step calls, at every SIMD level.
+//!   forward, backward and one-step calls, at every SIMD level;
+//! - [`cube`]: the host side of the front-ends' CubeCL kernels (plan, tiles, reserve
+//!   shapes, masks), without a device;
+//! - [`declared`]: the outputs a fused custom op declares, and the check of what it
+//!   returned.
 //!
 //! Nothing here depends on `burn` or `cubecl` (CI checks the dependency tree). Users add
 //! a front-end, `burn-fused-rnn`, which re-exports what they need from here.
@@ -37,6 +41,8 @@
 pub mod checksum;
 #[cfg(feature = "cpu-kernel")]
 pub mod cpu;
+pub mod cube;
+pub mod declared;
 pub mod descriptor;
 pub mod dropout;
 pub mod gates;

@@ -255,7 +255,8 @@ fn backward_in<B: HostBackend, T: Host>(
     };
     let payload = reserve_len(desc, half);
     let g = kernel::backward(desc, &host, &y, &mut reserve[..payload], half, &out_grads);
-    drop(reserve);
+    // For the next training forward (Note [Reserve reuse] in the core crate's kernel).
+    kernel::recycle(reserve);
     RnnGrads {
         dx: tensor::<B, T>(g.dx, &desc.input_shape(), dtype, &device),
         dh0: tensor::<B, T>(g.dh0, &desc.hidden_shape(), dtype, &device),

@@ -10,7 +10,7 @@ use burn_cubecl::CubeRuntime;
 use super::forward::{input_weights, matmul, prim, tensor, with_shape, Inputs};
 use super::kernel::{self, RecurrentLaunch};
 use super::plan::{
-    dropout_mask, empty, lengths, owned_copy, unused, zero_padded_rows, CubeOps, Plan,
+    dropout_mask, empty, lengths, owned_copy, unused, zero_padded_rows, CubeOps, Launch, Plan,
 };
 use crate::layout::ParamKind;
 

@@ -10,7 +10,7 @@ use burn_cubecl::CubeRuntime;
 use super::kernel::{self, SourcesLaunch};
 use super::plan::{
     dropout_mask, empty, f32_contiguous, lengths, owned_copy, unused, weight_blocks, zeros,
-    CubeOps, Plan,
+    CubeOps, Launch, Plan,
 };
 use crate::layout::ParamKind;
 

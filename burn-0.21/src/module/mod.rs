@@ -72,7 +72,7 @@ pub struct RnnCell<B: Backend> {
 /// backwards, `prepare` and `step` at once, on one module, on clones of it, or on modules
 /// of their own. Each call's result is the one it would give alone, bit for bit (the
 /// native CPU kernel splits its work by the call's shape, never by how busy its thread
-/// pool is). Two process-wide pieces of state are shared, and both are safe to share:
+/// pool is). Three process-wide pieces of state are shared, and all are safe to share:
 ///
 /// - the module's memo of its flat weights (Note [Flat weights across calls]): behind a
 ///   mutex, and only ever handed to a call whose parameters are the very buffers it was
@@ -80,7 +80,11 @@ pub struct RnnCell<B: Backend> {
 /// - the native kernel's cache of packed weights for one-step calls (Note [Packed weights
 ///   across calls] in the kernel): behind a mutex, keyed by the weights' buffer, holding
 ///   at most [`PACKED_WEIGHTS_CACHE_ENTRIES`](crate::PACKED_WEIGHTS_CACHE_ENTRIES)
-///   networks whatever the number of threads.
+///   networks whatever the number of threads;
+/// - the native kernel's spare training reserves (Note [Reserve reuse] in the kernel):
+///   behind a mutex, a buffer taken out of the list belongs to one call until its
+///   backward hands it back, and nothing of its old contents is read;
+///   [`release_reserves`](crate::release_reserves) frees them.
 ///
 /// Settings that are process-wide by design (`cudnn::set_algorithm`, `cube::set_enabled`,
 /// `BURN_FUSED_RNN_SIMD`) apply to every thread; a thread's own SIMD level is

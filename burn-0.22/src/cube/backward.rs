@@ -11,7 +11,9 @@ use burn_cubecl::CubeBackend;
 
 use super::forward::{input_weights, matmul, transpose, with_shape, Inputs};
 use super::kernel::{self, RecurrentLaunch};
-use super::plan::{dropout_mask, empty, lengths, owned_copy, unused, zero_padded_rows, Plan};
+use super::plan::{
+    dropout_mask, empty, lengths, owned_copy, unused, zero_padded_rows, Launch, Plan,
+};
 use crate::layout::ParamKind;
 
 /// Output gradients, packed `F32`; `None` is zero.

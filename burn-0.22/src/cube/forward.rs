@@ -9,7 +9,8 @@ use burn_cubecl::CubeBackend;
 
 use super::kernel::{self, SourcesLaunch};
 use super::plan::{
-    dropout_mask, empty, f32_contiguous, lengths, owned_copy, unused, weight_blocks, zeros, Plan,
+    dropout_mask, empty, f32_contiguous, lengths, owned_copy, unused, weight_blocks, zeros, Launch,
+    Plan,
 };
 use crate::layout::ParamKind;
 

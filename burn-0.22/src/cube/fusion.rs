@@ -28,6 +28,8 @@ use burn_fusion::custom::{
 };
 use burn_fusion::{ExecutionError, Fusion, FusionBackend, FusionRuntime, FusionTensor};
 
+use burn_fused_rnn_core::declared::{backward_names, check_declared, forward_names};
+
 use crate::descriptor::RnnDescriptor;
 use crate::prims::{FusedKernel, Grads, Inputs, Outputs};
 
@@ -87,35 +89,6 @@ impl Reader<'_> {
     }
 }
 
-/// `Err` unless the tensors an op's execution returned (`names`, shapes and dtypes) are the
-/// ones it declared at registration, in count, shape and dtype (Note [Declared outputs]).
-fn check_declared(
-    op: &str,
-    names: &[String],
-    declared: &[(Shape, DType)],
-    got: &[(Shape, DType)],
-) -> Result<(), String> {
-    if got.len() != declared.len() {
-        return Err(format!(
-            "expected {op} to return the {} tensors it declared ({}), got {}",
-            declared.len(),
-            names.join(", "),
-            got.len()
-        ));
-    }
-    for ((name, (shape, dtype)), (got_shape, got_dtype)) in names.iter().zip(declared).zip(got) {
-        if shape != got_shape || dtype != got_dtype {
-            return Err(format!(
-                "expected {op}'s {name} of shape {:?} and dtype {dtype:?}, as declared at \
-                 registration, got shape {:?} and dtype {got_dtype:?}",
-                shape.as_slice(),
-                got_shape.as_slice()
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Checks the tensors against the op's declaration, then registers them as its outputs.
 fn register_outputs(
     handles: &mut Handles,
@@ -123,37 +96,20 @@ fn register_outputs(
     names: &[String],
     tensors: Vec<Inner>,
 ) -> Result<(), ExecutionError> {
-    let declared: Vec<(Shape, DType)> = ir
+    let declared: Vec<(Vec<usize>, DType)> = ir
         .outputs
         .iter()
-        .map(|t| (t.shape.clone(), t.dtype))
+        .map(|t| (t.shape.as_slice().to_vec(), t.dtype))
         .collect();
-    let got: Vec<(Shape, DType)> = tensors.iter().map(|t| (t.shape(), t.dtype())).collect();
+    let got: Vec<(Vec<usize>, DType)> = tensors
+        .iter()
+        .map(|t| (t.shape().as_slice().to_vec(), t.dtype()))
+        .collect();
     check_declared(&ir.id, names, &declared, &got).map_err(ExecutionError::generic)?;
     for (out, tensor) in ir.outputs.iter().zip(tensors) {
         handles.register_float_tensor::<CubeBackend>(&out.id, tensor);
     }
     Ok(())
-}
-
-/// The names of a forward's outputs, in declaration order.
-fn forward_names(cell: bool, reserve: usize) -> Vec<String> {
-    let mut names = vec!["y".to_string(), "h_n".to_string()];
-    if cell {
-        names.push("c_n".into());
-    }
-    names.extend((0..reserve).map(|i| format!("reserve[{i}]")));
-    names
-}
-
-/// The names of a backward's outputs, in declaration order.
-fn backward_names(cell: bool) -> Vec<String> {
-    let mut names = vec!["dx".to_string(), "dh0".to_string()];
-    if cell {
-        names.push("dc0".into());
-    }
-    names.push("dweights".into());
-    names
 }
 
 impl Operation<Runtime> for ForwardOp {
@@ -317,65 +273,5 @@ impl FusedKernel for Fusion<CubeBackend> {
             dc0,
             dweights,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn s(dims: &[usize]) -> Shape {
-        Shape::from(dims.to_vec())
-    }
-
-    /// An LSTM training forward's declaration: y, h_n, c_n, one reserve tensor.
-    fn declared() -> Vec<(Shape, DType)> {
-        vec![
-            (s(&[5, 2, 3]), DType::F32),
-            (s(&[1, 2, 3]), DType::F32),
-            (s(&[1, 2, 3]), DType::F32),
-            (s(&[10, 15]), DType::F32),
-        ]
-    }
-
-    fn check(got: &[(Shape, DType)]) -> Result<(), String> {
-        check_declared(
-            "fused_rnn_forward",
-            &forward_names(true, 1),
-            &declared(),
-            got,
-        )
-    }
-
-    #[test]
-    fn the_declared_outputs_pass_the_check() {
-        assert_eq!(check(&declared()), Ok(()));
-        assert_eq!(forward_names(true, 1), ["y", "h_n", "c_n", "reserve[0]"]);
-        assert_eq!(backward_names(false), ["dx", "dh0", "dweights"]);
-    }
-
-    #[test]
-    fn another_count_shape_or_dtype_than_declared_fails_naming_it() {
-        let mut reserve = declared();
-        reserve[3].0 = s(&[10, 16]);
-        let e = check(&reserve).unwrap_err();
-        assert!(
-            e.contains("expected fused_rnn_forward's reserve[0] of shape [10, 15] and dtype F32, as declared at registration, got shape [10, 16] and dtype F32"),
-            "{e}"
-        );
-        let mut more = declared();
-        more.push((s(&[5, 2, 12]), DType::F32));
-        let e = check(&more).unwrap_err();
-        assert!(
-            e.contains("expected fused_rnn_forward to return the 4 tensors it declared (y, h_n, c_n, reserve[0]), got 5"),
-            "{e}"
-        );
-        let mut dtype = declared();
-        dtype[1].1 = DType::F16;
-        let e = check(&dtype).unwrap_err();
-        assert!(
-            e.contains("expected fused_rnn_forward's h_n of shape [1, 2, 3] and dtype F32, as declared at registration, got shape [1, 2, 3] and dtype F16"),
-            "{e}"
-        );
     }
 }

@@ -38,6 +38,7 @@ use super::gemm::{gemm, Mat, MatMut};
 use super::packed::{tile_rows, Lane, Packed, SLOTS};
 use super::plan::{dropped, state_of, CellWeights, Inputs, Plan, ReserveLayout};
 use super::projection::{self, CacheSizes, InputProjection};
+use super::recycle::{self, Kept};
 use super::schedule::{direction_threads, gemm_threads, per_direction, scan_threads};
 use super::simd::dispatch;
 use crate::reserve::ReserveTag;
@@ -587,7 +588,7 @@ fn lanes_of<S: Simd, T: Lane>() -> usize {
 
 /// The forward pass. `training` keeps the reserve (Note [Native reserve] in
 /// `super::plan`) and applies dropout; `keep_last` keeps the last layer's output in it.
-pub(crate) fn forward<T: Lane>(
+pub(crate) fn forward<T: Lane + Kept>(
     plan: &Plan<'_>,
     inputs: &Inputs<'_, T>,
     training: bool,
@@ -602,7 +603,7 @@ pub(crate) fn forward<T: Lane>(
     // layout, never read.
     let mut reserve = layout
         .as_ref()
-        .map(|l| vec![T::ZERO; ReserveTag::NativeCpu.tagged_len(l.len)]);
+        .map(|l| recycle::take(ReserveTag::NativeCpu.tagged_len(l.len)));
     let mut y = vec![T::ZERO; if keep_last { 0 } else { rows * nd * p }];
     let mut h_n = vec![T::ZERO; layers * nd * batch * p];
     let mut c_n = (spec.mode == RnnMode::Lstm).then(|| vec![T::ZERO; layers * nd * batch * h]);

@@ -60,12 +60,14 @@ mod packed;
 mod plan;
 mod prepared;
 pub mod projection;
+mod recycle;
 mod schedule;
 pub mod simd;
 
 pub use backward::{Grads, OutputGrads};
 pub use forward::Outputs;
 pub use plan::reserve_len;
+pub use recycle::{kept as reserves_kept, recycle, release as release_reserves};
 
 /// Networks the process-wide cache of packed weights holds at most (Note [Packed weights
 /// across calls]: one-step calls reuse their packed weights from it).
@@ -82,7 +84,7 @@ use plan::Plan;
 use schedule::in_pool;
 
 /// An element type the kernel computes in: `f32` or `f64` (sealed).
-pub trait Element: packed::Lane + sealed::Sealed {}
+pub trait Element: packed::Lane + recycle::Kept + sealed::Sealed {}
 
 impl Element for f32 {}
 impl Element for f64 {}

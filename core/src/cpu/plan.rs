@@ -27,7 +27,9 @@
 //! `h0`), dropout masks are recomputed from the seed (Note [Dropout masks] in
 //! `crate::dropout`), and `tanh(c')` is recomputed from the gates. Padded rows are never
 //! read. The backward overwrites the gate rows with the gates' gradients in place, so a
-//! training step needs no second buffer of that size. Size in elements:
+//! training step needs no second buffer of that size, and the front-end hands the buffer
+//! back for the next training forward (Note [Reserve reuse] in `super::recycle`). Size in
+//! elements:
 //!
 //! `Σ_l (D·T·B·W + [l < L-1 or half] T·B·D·P)`, see [`reserve_len`].
 
