@@ -18,11 +18,12 @@
 //!   most twice its size, so a small call never pins a large buffer; otherwise a fresh
 //!   zeroed one.
 //! - **Stale values are never read.** A reused buffer still holds the previous step's
-//!   gradients. The forward writes every element that the backward reads (gate rows and
-//!   kept outputs of every row, padded rows included: zeros); the tag's few elements past
-//!   the layout are never read. Builds with debug assertions (the tests) fill a reused
-//!   buffer with NaN first, so a read of anything the forward did not write shows up as NaN
-//!   in the parity tests' gradients.
+//!   gradients. Every element the backward reads was written by this call's forward (gate
+//!   rows of valid steps, kept layer outputs, padded rows of those as zeros) or is written
+//!   by the backward itself before it is read (the gate rows of padded steps, which it
+//!   zeroes); the tag's few elements past the layout are never read. Builds with debug
+//!   assertions (the tests) fill a reused buffer with NaN first, so a read of anything
+//!   neither pass wrote shows up as NaN in the parity tests' gradients.
 //! - **Memory**: the kept buffers stay allocated after training ends, at most [`ENTRIES`]
 //!   times the largest reserve per element type; [`release`] frees them.
 
