@@ -12,12 +12,39 @@
 //! ```
 //!
 //! `CPU_BENCH=<substring>[,..]` and `CPU_BENCH_BACKEND=ndarray|flex` select rows, as on 0.21.
+//!
+//! As on 0.21, each configuration first measures the peak heap of one training step of each
+//! implementation (written to `target/criterion/cpu_heap.json`; `CPU_BENCH_HEAP_ONLY=1`
+//! measures only that), in the same order and before the timed training steps: the steps run
+//! before a timing leave glibc's allocator in a state that moves the 2-layer training row by
+//! up to 15% (docs/BENCHMARKS.md, "The 0.22 line beside the 0.21 line"), so the two lines'
+//! benches run the same sequence of calls. burn-nn's training step at T = 10 000 runs only
+//! with `CPU_BENCH_NN_LONG_TRAIN=1`, as on 0.21.
 #![allow(deprecated)] // Burn 0.22 deprecates NdArray; the crate serves it.
+
+use std::alloc::System;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use burn::nn::{BiLstm, BiLstmConfig, Gru, GruConfig, Lstm, LstmConfig};
 use burn::tensor::{DType, Device, Distribution, Tensor};
 use burn_fused_rnn::{FusedRnn, FusedRnnConfig, RnnMode};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use peakmem_alloc::{PeakMemAlloc, PeakMemAllocTrait, INSTRUMENTED_SYSTEM};
+
+/// Counts heap bytes: the peak of net allocations since the last reset.
+#[global_allocator]
+static ALLOC: &PeakMemAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Peak heap growth (MiB) while running `f` once.
+fn peak_mib<T>(f: impl FnOnce() -> T) -> f64 {
+    ALLOC.reset_peak_memory();
+    drop(f());
+    ALLOC.get_peak_memory() as f64 / (1024.0 * 1024.0)
+}
+
+/// Peak heap per `backend/config/impl`, written to target/criterion/cpu_heap.json.
+static HEAP: Mutex<BTreeMap<String, f64>> = Mutex::new(BTreeMap::new());
 
 #[derive(Clone, Copy)]
 struct Config {
@@ -148,25 +175,47 @@ fn bench_backend(cr: &mut Criterion, backend: &str, device: Device) {
         let random =
             |d: &Device| Tensor::<3>::random(shape, Distribution::Default, (d, DType::F32));
 
+        let timed = std::env::var("CPU_BENCH_HEAP_ONLY").is_err();
+
         let x = random(&device);
         let fused_inf = fused(c, &device);
         let nn_inf = BurnNn::new(c, &device);
-        group.bench_function(BenchmarkId::new("fused", "fwd"), |b| {
-            b.iter(|| fused_inf.forward(x.clone(), None).0.into_data())
-        });
-        group.bench_function(BenchmarkId::new("burn_nn", "fwd"), |b| {
-            b.iter(|| nn_inf.forward(x.clone()).into_data())
-        });
+        if timed {
+            // The output is dropped, not read back, as on 0.21: NdArray and Flex run each op
+            // when it is called, so the forward has run by then, and reading `y` back
+            // (`into_data`, a copy of the whole output) is not the op's time.
+            group.bench_function(BenchmarkId::new("fused", "fwd"), |b| {
+                b.iter(|| fused_inf.forward(x.clone(), None).0)
+            });
+            group.bench_function(BenchmarkId::new("burn_nn", "fwd"), |b| {
+                b.iter(|| nn_inf.forward(x.clone()))
+            });
+        }
 
         let x = random(&train_device).require_grad();
         let fused_tr = fused(c, &train_device);
         let nn_tr = BurnNn::new(c, &train_device);
         let fused_step = || fused_tr.forward(x.clone(), None).0.sum().backward();
         let nn_step = || nn_tr.forward(x.clone()).sum().backward();
+        let nn_train = c.seq <= 1000 || std::env::var("CPU_BENCH_NN_LONG_TRAIN").is_ok();
+        // Warm up once (lazy parameter initialization), then one measured step each.
         drop(fused_step());
-        group.bench_function(BenchmarkId::new("fused", "train"), |b| b.iter(fused_step));
-        if c.seq <= 1000 {
+        let mut heap = HEAP.lock().unwrap();
+        heap.insert(format!("{backend}/{}/fused", c.name), peak_mib(fused_step));
+        if nn_train {
             drop(nn_step());
+            heap.insert(format!("{backend}/{}/burn_nn", c.name), peak_mib(nn_step));
+        } else {
+            println!(
+                "{backend}/{}: burn-nn's training step not run (T > 1000; CPU_BENCH_NN_LONG_TRAIN=1 runs it)",
+                c.name
+            );
+        }
+        drop(heap);
+        if timed {
+            group.bench_function(BenchmarkId::new("fused", "train"), |b| b.iter(fused_step));
+        }
+        if timed && nn_train {
             group.bench_function(BenchmarkId::new("burn_nn", "train"), |b| b.iter(nn_step));
         }
         group.finish();
@@ -180,6 +229,29 @@ fn benches(c: &mut Criterion) {
     );
     bench_backend(c, "ndarray", Device::ndarray());
     bench_backend(c, "flex", Device::flex());
+    let mut heap = HEAP.lock().unwrap();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/target/criterion");
+    std::fs::create_dir_all(dir).unwrap();
+    // Keep the entries of an earlier partial run that this run did not measure.
+    let old: BTreeMap<String, f64> = std::fs::read_to_string(format!("{dir}/cpu_heap.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    for (k, v) in old {
+        heap.entry(k).or_insert(v);
+    }
+    let json: Vec<String> = heap
+        .iter()
+        .map(|(k, v)| format!("  \"{k}\": {v:.3}"))
+        .collect();
+    std::fs::write(
+        format!("{dir}/cpu_heap.json"),
+        format!("{{\n{}\n}}\n", json.join(",\n")),
+    )
+    .unwrap();
+    for (k, v) in heap.iter() {
+        println!("peak heap of one training step: {k}: {v:.1} MiB");
+    }
 }
 
 criterion_group!(cpu, benches);

@@ -2,7 +2,7 @@
 //! and a fused forward.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use burn::module::{
     Content, Devices, Initializer, Module, ModuleDisplay, ModuleDisplayDefault, ModuleMapper,
@@ -13,7 +13,7 @@ use burn::tensor::{Device, Tensor};
 use crate::config::FusedRnnConfig;
 use crate::descriptor::{DropoutSpec, RnnDescriptor};
 use crate::layout::{ParamEntry, RnnLayout};
-use crate::ops::{fused_rnn, is_tracked};
+use crate::ops::{buffer_identity, fused_rnn, is_tracked};
 use crate::spec::RnnSpec;
 
 /// One canonical tensor: a matrix (`weight_*`) or a vector (`bias_*`).
@@ -63,6 +63,36 @@ pub struct FusedRnn {
     dropout: DropoutSpec,
     /// Training forwards run so far (shared by clones).
     dropout_calls: Arc<AtomicU64>,
+    /// The flat weights of the last inference call and what they were built from (Note
+    /// [Flat weights across calls]); a clone, and a module whose parameters were mapped,
+    /// start empty.
+    flat_memo: FlatMemo,
+}
+
+/// A flat weight vector and the identities of the parameter buffers it was concatenated
+/// from, with clones of those parameters, which keep their buffers alive and unchanged
+/// (Note [Flat weights across calls]).
+struct FlatWeights {
+    ids: Vec<(usize, usize)>,
+    _params: Vec<Weight>,
+    flat: Tensor<1>,
+}
+
+/// A module's memo of its flat weights; cloning gives an empty one.
+#[derive(Default)]
+struct FlatMemo(Mutex<Option<FlatWeights>>);
+
+impl std::fmt::Debug for FlatMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = self.0.lock().is_ok_and(|memo| memo.is_some());
+        f.debug_struct("FlatMemo").field("kept", &kept).finish()
+    }
+}
+
+impl Clone for FlatMemo {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
 }
 
 /// The container type under which a `FusedRnn` visits its parameters (Burn's module
@@ -95,7 +125,11 @@ impl Module for FusedRnn {
                 (name, weight)
             })
             .collect();
-        Self { weights, ..self }
+        Self {
+            weights,
+            flat_memo: FlatMemo::default(),
+            ..self
+        }
     }
 
     fn collect_devices(&self, devices: Devices) -> Devices {
@@ -232,6 +266,7 @@ impl FusedRnnConfig {
                 seed: self.seed,
             },
             dropout_calls: Arc::default(),
+            flat_memo: FlatMemo::default(),
         }
     }
 }
@@ -251,6 +286,7 @@ impl FusedRnn {
                 .into_iter()
                 .map(|(name, w)| (name, f(w)))
                 .collect(),
+            flat_memo: FlatMemo::default(),
             ..self
         }
     }
@@ -300,6 +336,72 @@ impl FusedRnn {
     /// differentiable with respect to every parameter.
     pub fn flat_weights(&self) -> Tensor<1> {
         Tensor::cat(self.weights.iter().map(|(_, w)| w.flat()).collect(), 0)
+    }
+
+    /// [`FusedRnn::flat_weights`], kept from the last call while every parameter is the
+    /// same buffer.
+    ///
+    /// # Note [Flat weights across calls]
+    ///
+    /// A forward concatenates the canonical parameters into the op's flat weight vector
+    /// (10 MB for a 2-layer bidirectional LSTM at H256: a copy and, from a fresh
+    /// allocation, its page faults, at every call). When every parameter is an untracked
+    /// tensor of a native CPU backend (NdArray, Flex) whose elements lie in one buffer,
+    /// the module keeps the last vector with the identities (address, length) of the
+    /// buffers it came from and clones of those parameters, and hands the same vector to
+    /// the next call whose parameters have the same identities. While the clones live, a
+    /// buffer can be neither freed (so its address cannot be reused) nor written in place
+    /// (both backends copy a buffer that has more than one handle before writing it), so
+    /// the same identity means the same values. The kernel then also finds its packed
+    /// weights again (Note [Packed weights across calls] in the core crate's kernel, keyed
+    /// by the flat vector's buffer), which makes a `forward` with `seq_length = 1` (a
+    /// decoder written with `forward`, or with the drop-in layers) about as cheap as
+    /// [`PreparedRnn::step`](crate::PreparedRnn::step). A tracked parameter (training),
+    /// or one on another device, has no identity: such calls concatenate every time, and
+    /// under autodiff the concatenation is tracked. The memo costs one copy of the weights
+    /// per module; loading other weights, mapping the parameters, or an optimizer step
+    /// gives new buffers and so a new vector; a clone of the module starts empty.
+    fn flat_weights_for_call(&self) -> Tensor<1> {
+        let params: Vec<Weight> = self.weights.iter().map(|(_, w)| w.clone()).collect();
+        let ids: Option<Vec<(usize, usize)>> = params
+            .iter()
+            .map(|w| match w {
+                Weight::Matrix(p) => {
+                    let t = p.val();
+                    if is_tracked(&t) {
+                        None
+                    } else {
+                        buffer_identity(&t)
+                    }
+                }
+                Weight::Vector(p) => {
+                    let t = p.val();
+                    if is_tracked(&t) {
+                        None
+                    } else {
+                        buffer_identity(&t)
+                    }
+                }
+            })
+            .collect();
+        let Some(ids) = ids else {
+            return self.flat_weights();
+        };
+        let mut memo = self
+            .flat_memo
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(kept) = memo.as_ref().filter(|kept| kept.ids == ids) {
+            return kept.flat.clone();
+        }
+        let flat = self.flat_weights();
+        *memo = Some(FlatWeights {
+            ids,
+            _params: params,
+            flat: flat.clone(),
+        });
+        flat
     }
 
     /// The gradient of every canonical tensor in `grads`, flattened in the flat order
@@ -370,7 +472,7 @@ impl FusedRnn {
             );
         }
         let (h0, c0) = split_state(&self.spec, state);
-        let weights = self.flat_weights();
+        let weights = self.flat_weights_for_call();
         let dtype = input.dtype();
         let weights = if weights.dtype() == dtype {
             weights

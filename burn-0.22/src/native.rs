@@ -88,6 +88,16 @@ fn read<B: NativeBackend, T: Host>(t: &FloatTensor<B>) -> Cow<'_, [T]> {
     )
 }
 
+/// The address and length of `t`'s buffer when it holds F32 or F64 elements in row-major
+/// order, else `None` (Note [Flat weights across calls] in `crate::module`).
+pub(crate) fn buffer_identity<B: NativeBackend>(t: &FloatTensor<B>) -> Option<(usize, usize)> {
+    match (B::host_f32(t), B::host_f64(t)) {
+        (Some(s), _) => Some((s.as_ptr() as usize, s.len())),
+        (_, Some(s)) => Some((s.as_ptr() as usize, s.len())),
+        _ => None,
+    }
+}
+
 /// A tensor of `dtype` from the kernel's output; no copy when `dtype` is `T`'s.
 fn tensor<B: NativeBackend, T: Host>(
     values: Vec<T>,
@@ -193,7 +203,7 @@ fn backward_in<B: NativeBackend, T: Host>(
     let dc_n = dc_n.as_ref().map(read::<B, T>);
     // The backward writes its gradients over the reserve, taken without a copy: the node
     // held the only handle and is consumed by its backward.
-    let mut reserve = T::take::<B>(reserve);
+    let reserve = T::take::<B>(reserve);
     let host = kernel::HostInputs {
         x: &x,
         h0: Some(&h0),
@@ -205,10 +215,9 @@ fn backward_in<B: NativeBackend, T: Host>(
         dh_n: dh_n.as_deref(),
         dc_n: dc_n.as_deref(),
     };
-    let payload = kernel::reserve_len(desc, half);
-    let g = kernel::backward(desc, &host, &y, &mut reserve[..payload], half, &out_grads);
-    // For the next training forward (Note [Reserve reuse] in the core crate's kernel).
-    kernel::recycle(reserve);
+    // The kernel keeps the reserve for the next training forward (Note [Reserve reuse] in
+    // the core crate's kernel).
+    let g = kernel::backward(desc, &host, &y, reserve, half, &out_grads);
     Grads {
         dx: tensor::<B, T>(g.dx, &desc.input_shape(), dtype),
         dh0: tensor::<B, T>(g.dh0, &desc.hidden_shape(), dtype),

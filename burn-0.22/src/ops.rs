@@ -256,6 +256,23 @@ pub(crate) fn is_tracked<const D: usize>(_: &Tensor<D>) -> bool {
     false
 }
 
+/// The identity (address, length) of the buffer of `t` when `t` is a plain (untracked)
+/// tensor of a native backend, NdArray or Flex, whose elements lie in row-major order in
+/// one buffer; `None` otherwise (Note [Flat weights across calls] in `crate::module`).
+#[allow(unused_variables)]
+pub(crate) fn buffer_identity<const D: usize>(t: &Tensor<D>) -> Option<(usize, usize)> {
+    #[cfg(feature = "ndarray")]
+    #[allow(deprecated)] // Burn 0.22 deprecates NdArray in favour of Flex; both are served.
+    if let Ok(p) = t.clone().try_into_primitive::<burn::backend::NdArray>() {
+        return crate::native::buffer_identity::<burn::backend::NdArray>(&p);
+    }
+    #[cfg(feature = "flex")]
+    if let Ok(p) = t.clone().try_into_primitive::<burn::backend::Flex>() {
+        return crate::native::buffer_identity::<burn::backend::Flex>(&p);
+    }
+    None
+}
+
 /// The native route (Note [Call routing]); gives the tensors back when they do not all live on
 /// one native backend.
 #[allow(unused_variables)]

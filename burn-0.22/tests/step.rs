@@ -427,14 +427,14 @@ fn steps_are_one_fused_call_each_on_packed_weights_kept() {
     if std::env::var_os(CHILD).is_some() {
         return in_a_fresh_process();
     }
+    run_alone_in_a_child("steps_are_one_fused_call_each_on_packed_weights_kept");
+}
+
+/// Runs the test `name` of this binary alone in a child process with [`CHILD`] set.
+fn run_alone_in_a_child(name: &str) {
     let exe = std::env::current_exe().expect("the path of this test binary");
     let out = std::process::Command::new(exe)
-        .args([
-            "steps_are_one_fused_call_each_on_packed_weights_kept",
-            "--exact",
-            "--test-threads=1",
-            "--nocapture",
-        ])
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
         .env(CHILD, "1")
         .output()
         .expect("run this test in a child process");
@@ -445,6 +445,87 @@ fn steps_are_one_fused_call_each_on_packed_weights_kept() {
     );
     assert!(out.status.success(), "the child process failed:\n{text}");
     assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
+}
+
+/// A module keeps its flat weights across `forward` calls while its parameters are the
+/// same buffers (Note [Flat weights across calls] on `FusedRnn`), so repeated one-step
+/// `forward`s (a decoder written with `forward`) find their packed weights in the kernel's
+/// cache again: the cache gains one network for all of a module's calls, where a new flat
+/// vector per call would add one per call. The calls give the prepared step's numbers, and
+/// weights mapped into the module afterwards are the ones used (as a module built from
+/// them computes). In a child process of its own, as the cache is process-wide.
+#[test]
+fn one_step_forwards_reuse_the_flat_and_packed_weights() {
+    if std::env::var_os(CHILD).is_none() {
+        return run_alone_in_a_child("one_step_forwards_reuse_the_flat_and_packed_weights");
+    }
+    use burn::module::{Module, ModuleMapper, Param};
+    use burn_fused_rnn_core::cpu::{packed_weights_cached, PACKED_WEIGHTS_CACHE_ENTRIES};
+
+    struct Halve;
+    impl ModuleMapper for Halve {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            param.map(|t| t.mul_scalar(0.5))
+        }
+    }
+
+    assert_eq!(packed_weights_cached(), 0, "a fresh process caches nothing");
+    let config = FusedRnnConfig::new(RnnMode::Lstm, 5, 8)
+        .with_num_layers(2)
+        .with_proj_size(Some(4));
+    let n = params_size(&config.spec());
+    let mut expected = 0;
+    for (label, device, dtype, tol) in [
+        ("ndarray f64", Device::ndarray(), DType::F64, F64_STEPS),
+        ("flex f32", Device::flex(), DType::F32, F32_STEPS),
+    ] {
+        let params = seeded([n], 5, 0.5, &device, dtype);
+        let module = config.init_with_params(params.clone());
+        let x = seeded([BATCH, 1, 5], 6, 1.0, &device, dtype);
+        let first = module.forward(x.clone(), None);
+        expected += 1;
+        assert!(
+            expected < PACKED_WEIGHTS_CACHE_ENTRIES,
+            "{label}: the count must stay under the cache's bound to show an extra entry"
+        );
+        for call in 0..3 {
+            let again = module.forward(x.clone(), None);
+            let failures = compare(&format!("{label}, call {call}"), again, first.clone(), tol);
+            report(failures);
+            let cached = packed_weights_cached();
+            assert_eq!(
+                cached, expected,
+                "{label}, call {call}: the cache holds {cached} networks, expected {expected} \
+                 (a call packed new flat weights)"
+            );
+        }
+        let stepped = run_steps(&module.prepare(), &x, None);
+        expected += 1; // the prepared decoder packs its own flat weights
+        let failures = compare(
+            &format!("{label}, forward vs step"),
+            first.clone(),
+            stepped,
+            tol,
+        );
+        report(failures);
+
+        // Other weights into the same module: the kept vector must not be used. Two steps,
+        // so that these calls do not use the cache counted above.
+        let x2 = seeded([BATCH, 2, 5], 7, 1.0, &device, dtype);
+        let before = module.forward(x2.clone(), None);
+        let halved = module.clone().map(&mut Halve);
+        let want = config
+            .init_with_params(params.mul_scalar(0.5))
+            .forward(x2.clone(), None);
+        let got = halved.forward(x2.clone(), None);
+        let failures = compare(&format!("{label}, mapped weights"), got.clone(), want, tol);
+        report(failures);
+        let moved = compare(&format!("{label}, mapped vs before"), got, before, tol);
+        assert!(
+            !moved.is_empty(),
+            "{label}: halving the weights changed nothing"
+        );
+    }
 }
 
 fn in_a_fresh_process() {

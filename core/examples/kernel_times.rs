@@ -74,7 +74,6 @@ fn main() {
             c0: None,
             w: &w,
         };
-        let len = cpu::reserve_len(&desc, false);
         let mut times = Vec::with_capacity(runs);
         for run in 0..runs + 2 {
             let start = Instant::now();
@@ -87,19 +86,14 @@ fn main() {
                 }
                 "train" => {
                     let (out, reserve) = cpu::forward(&desc, &inputs, None::<&()>, true, false);
-                    let mut reserve = reserve.expect("a training forward keeps a reserve");
+                    let reserve = reserve.expect("a training forward keeps a reserve");
                     let grads = OutputGrads {
                         dy: Some(&dy),
                         dh_n: None,
                         dc_n: None,
                     };
                     std::hint::black_box(cpu::backward(
-                        &desc,
-                        &inputs,
-                        &out.y,
-                        &mut reserve[..len],
-                        false,
-                        &grads,
+                        &desc, &inputs, &out.y, reserve, false, &grads,
                     ));
                 }
                 other => panic!("expected a pass fwd, fwdtrain or train, got {other}"),

@@ -235,7 +235,7 @@ fn backward_in<B: HostBackend, T: Host>(
     let dy = grads.dy.as_ref().map(read::<B, T>);
     let dh_n = grads.dh_n.as_ref().map(read::<B, T>);
     let dc_n = grads.dc_n.as_ref().map(read::<B, T>);
-    let mut reserve = into_vec::<B, T>(
+    let reserve = into_vec::<B, T>(
         reserve
             .tensors
             .into_iter()
@@ -253,10 +253,9 @@ fn backward_in<B: HostBackend, T: Host>(
         dh_n: dh_n.as_deref(),
         dc_n: dc_n.as_deref(),
     };
-    let payload = reserve_len(desc, half);
-    let g = kernel::backward(desc, &host, &y, &mut reserve[..payload], half, &out_grads);
-    // For the next training forward (Note [Reserve reuse] in the core crate's kernel).
-    kernel::recycle(reserve);
+    // The kernel keeps the reserve for the next training forward (Note [Reserve reuse] in
+    // the core crate's kernel).
+    let g = kernel::backward(desc, &host, &y, reserve, half, &out_grads);
     RnnGrads {
         dx: tensor::<B, T>(g.dx, &desc.input_shape(), dtype, &device),
         dh0: tensor::<B, T>(g.dh0, &desc.hidden_shape(), dtype, &device),

@@ -81,9 +81,10 @@ pub struct RnnCell<B: Backend> {
 ///   across calls] in the kernel): behind a mutex, keyed by the weights' buffer, holding
 ///   at most [`PACKED_WEIGHTS_CACHE_ENTRIES`](crate::PACKED_WEIGHTS_CACHE_ENTRIES)
 ///   networks whatever the number of threads;
-/// - the native kernel's spare training reserves (Note [Reserve reuse] in the kernel):
-///   behind a mutex, a buffer taken out of the list belongs to one call until its
-///   backward hands it back, and nothing of its old contents is read;
+/// - the native kernel's spare training reserves and scratch buffers (Notes [Reserve
+///   reuse] and [Scratch reuse] in the kernel): behind mutexes, a buffer taken out of a
+///   list belongs to one call until its backward (a reserve) or the call itself (scratch)
+///   hands it back, and nothing of its old contents is read;
 ///   [`release_reserves`](crate::release_reserves) frees them.
 ///
 /// Settings that are process-wide by design (`cudnn::set_algorithm`, `cube::set_enabled`,

@@ -38,7 +38,7 @@ use super::gemm::{gemm, Mat, MatMut};
 use super::packed::{tile_rows, Lane, Packed, SLOTS};
 use super::plan::{dropped, state_of, CellWeights, Inputs, Plan, ReserveLayout};
 use super::projection::{self, CacheSizes, InputProjection};
-use super::recycle::{self, Kept};
+use super::recycle::{self, Kept, Scratch};
 use super::schedule::{direction_threads, gemm_threads, per_direction, scan_threads};
 use super::simd::dispatch;
 use crate::reserve::ReserveTag;
@@ -619,8 +619,9 @@ pub(crate) fn forward<T: Lane + Kept>(
             };
         // Training: the outputs of finished layers, kept in the reserve.
         let mut kept: Vec<&[T]> = Vec::new();
-        // Inference: the previous layer's output.
-        let mut previous: Vec<T> = Vec::new();
+        // Inference: the previous layer's output (every element written by its layer: a
+        // padded row's output is zero; Note [Scratch reuse] in `super::recycle`).
+        let mut previous: Scratch<T> = Scratch::default();
         let dropout = training && plan.desc.dropout.probability > 0.0;
 
         for layer in 0..layers {
@@ -641,12 +642,12 @@ pub(crate) fn forward<T: Lane + Kept>(
             } else {
                 None
             };
-            let mut fresh: Vec<T> = Vec::new();
+            let mut fresh: Scratch<T> = Scratch::default();
             let target: &mut [T] = match block.as_deref_mut() {
                 Some(block) => block,
                 None if last => &mut y,
                 None => {
-                    fresh = vec![T::ZERO; rows * nd * p];
+                    fresh = Scratch::new(rows * nd * p);
                     &mut fresh
                 }
             };

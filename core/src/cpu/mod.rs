@@ -67,7 +67,8 @@ pub mod simd;
 pub use backward::{Grads, OutputGrads};
 pub use forward::Outputs;
 pub use plan::reserve_len;
-pub use recycle::{kept as reserves_kept, recycle, release as release_reserves};
+use recycle::recycle;
+pub use recycle::{kept as reserves_kept, release as release_reserves};
 
 /// Networks the process-wide cache of packed weights holds at most (Note [Packed weights
 /// across calls]: one-step calls reuse their packed weights from it).
@@ -154,20 +155,33 @@ pub fn forward<T: Element, W: Clone + Send + Sync + 'static>(
     in_pool(|| forward::forward(&plan, &host, training, half))
 }
 
-/// The backward pass of the call `desc`, in rayon's pool, from `reserve`: the first
-/// [`reserve_len`]`(desc, half)` elements of what [`forward`] kept (with the same `half`),
-/// overwritten with gradients. `y` is the forward's output (not read when `half`).
+/// The backward pass of the call `desc`, in rayon's pool, from `reserve`: what [`forward`]
+/// kept (with the same `half`), whose first [`reserve_len`]`(desc, half)` elements are
+/// overwritten with gradients. Afterwards the buffer is kept for the next training forward
+/// (Note [Reserve reuse] in `recycle`). `y` is the forward's output (not read when `half`).
+///
+/// # Panics
+///
+/// When `reserve` is shorter than [`reserve_len`]`(desc, half)`.
 pub fn backward<T: Element>(
     desc: &RnnDescriptor,
     inputs: &HostInputs<'_, T>,
     y: &[T],
-    reserve: &mut [T],
+    mut reserve: Vec<T>,
     half: bool,
     grads: &OutputGrads<'_, T>,
 ) -> Grads<T> {
     let plan = Plan::new(desc);
+    let payload = reserve_len(desc, half);
+    assert!(
+        reserve.len() >= payload,
+        "reserve: expected at least {payload} elements for this call, got {}",
+        reserve.len()
+    );
     let host = inputs.plan_inputs(None);
-    in_pool(|| backward::backward(&plan, &host, y, reserve, half, grads))
+    let g = in_pool(|| backward::backward(&plan, &host, y, &mut reserve[..payload], half, grads));
+    recycle(reserve);
+    g
 }
 
 #[cfg(test)]

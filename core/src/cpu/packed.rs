@@ -36,10 +36,11 @@ use pulp::Simd;
 
 use super::float::Float;
 use super::projection::CacheSizes;
+use super::recycle::{Kept, Scratch};
 use super::simd::{dispatch, SimdLevel};
 
 /// An element type with SIMD vectors at every level: `f32` or `f64`.
-pub trait Lane: Float {
+pub trait Lane: Float + Kept {
     /// The vector of `S`.
     type V<S: Simd>: Copy;
 
@@ -186,7 +187,9 @@ fn scratch_len(rows: usize) -> usize {
 /// goes to slot 3).
 #[derive(Debug, Clone)]
 pub(crate) struct Packed<T> {
-    data: Vec<T>,
+    /// Kept for the next call's packing when dropped (Note [Scratch reuse] in
+    /// `super::recycle`).
+    data: Scratch<T>,
     /// The level it was packed for (its vector width).
     pub(crate) level: SimdLevel,
     /// Lanes `L` of one vector.
@@ -231,7 +234,7 @@ impl<T: Lane> Packed<T> {
         let (w_in, ka) = w_ih.unwrap_or((&[], 0));
         let layout = PanelLayout::Gates { gates, hidden };
         let mut packed = Self {
-            data: Vec::new(),
+            data: Scratch::default(),
             level,
             lanes,
             ka,
@@ -253,7 +256,7 @@ impl<T: Lane> Packed<T> {
     pub(crate) fn columns(level: SimdLevel, w: &[T], k: usize, n: usize) -> Self {
         let lanes = lanes::<T>(level);
         let mut packed = Self {
-            data: Vec::new(),
+            data: Scratch::default(),
             level,
             lanes,
             ka: 0,
@@ -308,13 +311,14 @@ impl<T: Lane> Packed<T> {
 
     /// Writes every panel from `value(segment, column of M, k)`, in the panel's own order
     /// (its writes are sequential; its reads walk `V·L` rows of `M` side by side, which
-    /// stay in cache from one `k` to the next). Panels are independent: when there are
+    /// stay in cache from one `k` to the next), zeros past `M`'s last column: every
+    /// element of the buffer, which comes from the scratch list with stale contents. Panels are independent: when there are
     /// more than [`PARALLEL_FILL`] elements, they are written on rayon's pool (a call packs
     /// before its scans start, so this is time every thread would otherwise wait).
     fn fill(&mut self, value: impl Fn(usize, usize, usize) -> T + Sync) {
         let (va, vb) = self.vectors();
         let (lanes, panel_len) = (self.lanes, self.panel_len());
-        let mut data = vec![T::ZERO; self.panels * panel_len];
+        let mut data = Scratch::new(self.panels * panel_len);
         let this = &*self;
         let write = |(j, panel): (usize, &mut [T])| {
             let mut columns = Vec::with_capacity(SLOTS * lanes);
@@ -325,9 +329,10 @@ impl<T: Lane> Packed<T> {
                     .extend((0..vectors * lanes).map(|i| this.column_of(j, i / lanes, i % lanes)));
                 for (kk, dst) in buf.chunks_exact_mut(vectors * lanes).enumerate() {
                     for (d, col) in dst.iter_mut().zip(&columns) {
-                        if let Some(col) = *col {
-                            *d = value(segment, col, kk);
-                        }
+                        *d = match *col {
+                            Some(col) => value(segment, col, kk),
+                            None => T::ZERO,
+                        };
                     }
                 }
             }
