@@ -2,7 +2,7 @@
 //! and a fused forward.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use burn::module::{
     Content, Devices, Initializer, Module, ModuleDisplay, ModuleDisplayDefault, ModuleMapper,
@@ -15,6 +15,7 @@ use crate::descriptor::{DropoutSpec, RnnDescriptor};
 use crate::layout::{ParamEntry, RnnLayout};
 use crate::ops::{buffer_identity, fused_rnn, is_tracked};
 use crate::spec::RnnSpec;
+use burn_fused_rnn_core::memo::BufferMemo;
 
 /// One canonical tensor: a matrix (`weight_*`) or a vector (`bias_*`).
 #[derive(Clone, Debug)]
@@ -69,31 +70,10 @@ pub struct FusedRnn {
     flat_memo: FlatMemo,
 }
 
-/// A flat weight vector and the identities of the parameter buffers it was concatenated
-/// from, with clones of those parameters, which keep their buffers alive and unchanged
-/// (Note [Flat weights across calls]).
-struct FlatWeights {
-    ids: Vec<(usize, usize)>,
-    _params: Vec<Weight>,
-    flat: Tensor<1>,
-}
-
-/// A module's memo of its flat weights; cloning gives an empty one.
-#[derive(Default)]
-struct FlatMemo(Mutex<Option<FlatWeights>>);
-
-impl std::fmt::Debug for FlatMemo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kept = self.0.lock().is_ok_and(|memo| memo.is_some());
-        f.debug_struct("FlatMemo").field("kept", &kept).finish()
-    }
-}
-
-impl Clone for FlatMemo {
-    fn clone(&self) -> Self {
-        Self::default()
-    }
-}
+/// A module's memo of its flat weights, keeping clones of the parameters it was
+/// concatenated from (Note [Flat weights across calls] in the core crate's `memo`);
+/// cloning gives an empty one.
+type FlatMemo = BufferMemo<Vec<Weight>, Tensor<1>>;
 
 /// The container type under which a `FusedRnn` visits its parameters (Burn's module
 /// visitors see it; `checkpoint` finds the layers of a model by it).
@@ -338,29 +318,12 @@ impl FusedRnn {
         Tensor::cat(self.weights.iter().map(|(_, w)| w.flat()).collect(), 0)
     }
 
-    /// [`FusedRnn::flat_weights`], kept from the last call while every parameter is the
-    /// same buffer.
-    ///
-    /// # Note [Flat weights across calls]
-    ///
-    /// A forward concatenates the canonical parameters into the op's flat weight vector
-    /// (10 MB for a 2-layer bidirectional LSTM at H256: a copy and, from a fresh
-    /// allocation, its page faults, at every call). When every parameter is an untracked
-    /// tensor of a native CPU backend (NdArray, Flex) whose elements lie in one buffer,
-    /// the module keeps the last vector with the identities (address, length) of the
-    /// buffers it came from and clones of those parameters, and hands the same vector to
-    /// the next call whose parameters have the same identities. While the clones live, a
-    /// buffer can be neither freed (so its address cannot be reused) nor written in place
-    /// (both backends copy a buffer that has more than one handle before writing it), so
-    /// the same identity means the same values. The kernel then also finds its packed
-    /// weights again (Note [Packed weights across calls] in the core crate's kernel, keyed
-    /// by the flat vector's buffer), which makes a `forward` with `seq_length = 1` (a
-    /// decoder written with `forward`, or with the drop-in layers) about as cheap as
-    /// [`PreparedRnn::step`](crate::PreparedRnn::step). A tracked parameter (training),
-    /// or one on another device, has no identity: such calls concatenate every time, and
-    /// under autodiff the concatenation is tracked. The memo costs one copy of the weights
-    /// per module; loading other weights, mapping the parameters, or an optimizer step
-    /// gives new buffers and so a new vector; a clone of the module starts empty.
+    /// [`FusedRnn::flat_weights`], kept from the last call while every parameter is an
+    /// untracked tensor of a native CPU backend (NdArray, Flex) in the same buffer (Note
+    /// [Flat weights across calls] in the core crate's `memo`: why the same buffers mean
+    /// the same values, and what it buys: a module's inference calls, and one-step
+    /// `forward`s, find their packed weights again). Tracked parameters (training), or
+    /// parameters on another device, are concatenated every time.
     fn flat_weights_for_call(&self) -> Tensor<1> {
         let params: Vec<Weight> = self.weights.iter().map(|(_, w)| w.clone()).collect();
         let ids: Option<Vec<(usize, usize)>> = params
@@ -387,21 +350,8 @@ impl FusedRnn {
         let Some(ids) = ids else {
             return self.flat_weights();
         };
-        let mut memo = self
-            .flat_memo
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(kept) = memo.as_ref().filter(|kept| kept.ids == ids) {
-            return kept.flat.clone();
-        }
-        let flat = self.flat_weights();
-        *memo = Some(FlatWeights {
-            ids,
-            _params: params,
-            flat: flat.clone(),
-        });
-        flat
+        self.flat_memo
+            .get_or_build(ids, params, || self.flat_weights())
     }
 
     /// The gradient of every canonical tensor in `grads`, flattened in the flat order

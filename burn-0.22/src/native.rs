@@ -89,7 +89,7 @@ fn read<B: NativeBackend, T: Host>(t: &FloatTensor<B>) -> Cow<'_, [T]> {
 }
 
 /// The address and length of `t`'s buffer when it holds F32 or F64 elements in row-major
-/// order, else `None` (Note [Flat weights across calls] in `crate::module`).
+/// order, else `None` (Note [Flat weights across calls] in the core crate's `memo`).
 pub(crate) fn buffer_identity<B: NativeBackend>(t: &FloatTensor<B>) -> Option<(usize, usize)> {
     match (B::host_f32(t), B::host_f64(t)) {
         (Some(s), _) => Some((s.as_ptr() as usize, s.len())),

@@ -258,7 +258,7 @@ pub(crate) fn is_tracked<const D: usize>(_: &Tensor<D>) -> bool {
 
 /// The identity (address, length) of the buffer of `t` when `t` is a plain (untracked)
 /// tensor of a native backend, NdArray or Flex, whose elements lie in row-major order in
-/// one buffer; `None` otherwise (Note [Flat weights across calls] in `crate::module`).
+/// one buffer; `None` otherwise (Note [Flat weights across calls] in the core crate's `memo`).
 #[allow(unused_variables)]
 pub(crate) fn buffer_identity<const D: usize>(t: &Tensor<D>) -> Option<(usize, usize)> {
     #[cfg(feature = "ndarray")]

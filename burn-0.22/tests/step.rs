@@ -449,11 +449,12 @@ fn run_alone_in_a_child(name: &str) {
 
 /// A module keeps its flat weights across `forward` calls while its parameters are the
 /// same buffers (Note [Flat weights across calls] on `FusedRnn`), so repeated one-step
-/// `forward`s (a decoder written with `forward`) find their packed weights in the kernel's
-/// cache again: the cache gains one network for all of a module's calls, where a new flat
-/// vector per call would add one per call. The calls give the prepared step's numbers, and
-/// weights mapped into the module afterwards are the ones used (as a module built from
-/// them computes). In a child process of its own, as the cache is process-wide.
+/// `forward`s (a decoder written with `forward`) and longer inference calls find their
+/// packed weights in the kernel's cache again: the cache gains one network for all of a
+/// module's calls, where a new flat vector per call would add one per call. The calls give
+/// the prepared step's numbers, and weights mapped into the module afterwards are the ones
+/// used (as a module built from them computes). `release_reserves` empties the cache. In a
+/// child process of its own, as the cache is process-wide.
 #[test]
 fn one_step_forwards_reuse_the_flat_and_packed_weights() {
     if std::env::var_os(CHILD).is_none() {
@@ -474,11 +475,11 @@ fn one_step_forwards_reuse_the_flat_and_packed_weights() {
         .with_num_layers(2)
         .with_proj_size(Some(4));
     let n = params_size(&config.spec());
-    let mut expected = 0;
     for (label, device, dtype, tol) in [
         ("ndarray f64", Device::ndarray(), DType::F64, F64_STEPS),
         ("flex f32", Device::flex(), DType::F32, F32_STEPS),
     ] {
+        let mut expected = 0;
         let params = seeded([n], 5, 0.5, &device, dtype);
         let module = config.init_with_params(params.clone());
         let x = seeded([BATCH, 1, 5], 6, 1.0, &device, dtype);
@@ -499,8 +500,21 @@ fn one_step_forwards_reuse_the_flat_and_packed_weights() {
                  (a call packed new flat weights)"
             );
         }
+        // A longer inference call of the same module: the same flat weights, the same entry.
+        let long = module.forward(seeded([BATCH, 3, 5], 8, 1.0, &device, dtype), None);
+        drop(long);
+        let cached = packed_weights_cached();
+        assert_eq!(
+            cached, expected,
+            "{label}, three steps: the cache holds {cached} networks, expected {expected}"
+        );
         let stepped = run_steps(&module.prepare(), &x, None);
         expected += 1; // the prepared decoder packs its own flat weights
+        assert_eq!(
+            packed_weights_cached(),
+            expected,
+            "{label}: the prepared decoder's steps share one entry"
+        );
         let failures = compare(
             &format!("{label}, forward vs step"),
             first.clone(),
@@ -509,8 +523,8 @@ fn one_step_forwards_reuse_the_flat_and_packed_weights() {
         );
         report(failures);
 
-        // Other weights into the same module: the kept vector must not be used. Two steps,
-        // so that these calls do not use the cache counted above.
+        // Other weights into the same module: neither the kept vector nor its packed
+        // weights may be used.
         let x2 = seeded([BATCH, 2, 5], 7, 1.0, &device, dtype);
         let before = module.forward(x2.clone(), None);
         let halved = module.clone().map(&mut Halve);
@@ -524,6 +538,12 @@ fn one_step_forwards_reuse_the_flat_and_packed_weights() {
         assert!(
             !moved.is_empty(),
             "{label}: halving the weights changed nothing"
+        );
+        burn_fused_rnn::release_reserves();
+        assert_eq!(
+            packed_weights_cached(),
+            0,
+            "{label}: release_reserves empties the cache"
         );
     }
 }

@@ -49,6 +49,7 @@ pub mod gates;
 pub mod host;
 pub mod interop;
 pub mod layout;
+pub mod memo;
 pub mod parity;
 pub mod random;
 pub mod reserve;

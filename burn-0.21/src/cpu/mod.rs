@@ -267,7 +267,7 @@ fn backward_in<B: HostBackend, T: Host>(
 }
 
 /// `impl FusedRnnBackend` for a host backend: the four methods through this kernel, and
-/// its buffers' identity (Note [Flat weights across calls] in `crate::module`).
+/// its buffers' identity (Note [Flat weights across calls] in the core crate's `memo`).
 macro_rules! native_impl {
     () => {
         $crate::backend::implemented_by!(cpu);

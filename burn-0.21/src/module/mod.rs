@@ -16,7 +16,7 @@ pub use state::RnnState;
 pub use step::PreparedRnn;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use burn::module::{Initializer, Module, Param};
 use burn::tensor::backend::Backend;
@@ -28,6 +28,7 @@ use crate::descriptor::{DropoutSpec, RnnDescriptor};
 use crate::layout::{ParamEntry, ParamKind, RnnLayout};
 use crate::ops::fused_rnn;
 use crate::spec::RnnSpec;
+use burn_fused_rnn_core::memo::BufferMemo;
 
 /// The canonical tensors of one pseudo-layer (layer `l`, direction `d`), in PyTorch's
 /// orientation and cuDNN's gate order: field `weight_ih` of `cells[l * D + d]` is
@@ -74,18 +75,19 @@ pub struct RnnCell<B: Backend> {
 /// native CPU kernel splits its work by the call's shape, never by how busy its thread
 /// pool is). Three process-wide pieces of state are shared, and all are safe to share:
 ///
-/// - the module's memo of its flat weights (Note [Flat weights across calls]): behind a
-///   mutex, and only ever handed to a call whose parameters are the very buffers it was
-///   built from; a clone starts with a memo of its own;
-/// - the native kernel's cache of packed weights for one-step calls (Note [Packed weights
-///   across calls] in the kernel): behind a mutex, keyed by the weights' buffer, holding
+/// - the module's memo of its flat weights (Note [Flat weights across calls] in the core
+///   crate's `memo`): behind a mutex, and only ever handed to a call whose parameters are
+///   the very buffers it was built from; a clone starts with a memo of its own;
+/// - the native kernel's cache of packed weights for one-step and inference calls (Note
+///   [Packed weights across calls] in the kernel): behind a mutex, keyed by the weights' buffer, holding
 ///   at most [`PACKED_WEIGHTS_CACHE_ENTRIES`](crate::PACKED_WEIGHTS_CACHE_ENTRIES)
 ///   networks whatever the number of threads;
 /// - the native kernel's spare training reserves and scratch buffers (Notes [Reserve
 ///   reuse] and [Scratch reuse] in the kernel): behind mutexes, a buffer taken out of a
 ///   list belongs to one call until its backward (a reserve) or the call itself (scratch)
 ///   hands it back, and nothing of its old contents is read;
-///   [`release_reserves`](crate::release_reserves) frees them.
+///   [`release_reserves`](crate::release_reserves) frees them and empties the cache of packed
+///   weights.
 ///
 /// Settings that are process-wide by design (`cudnn::set_algorithm`, `cube::set_enabled`,
 /// `BURN_FUSED_RNN_SIMD`) apply to every thread; a thread's own SIMD level is
@@ -104,19 +106,15 @@ pub struct FusedRnn<B: Backend> {
     /// Training forwards run so far (shared by clones): call `k` draws its dropout masks
     /// from `(seed, k)`.
     dropout_calls: Arc<AtomicU64>,
-    /// The flat weights of the last inference call and what they were built from (Note
-    /// [Flat weights across calls]); a clone starts empty.
-    flat_memo: Arc<Mutex<Option<FlatWeights<B>>>>,
+    /// The flat weights of the last inference call and clones of the parameters they were
+    /// built from (Note [Flat weights across calls] in the core crate's `memo`); a clone
+    /// starts empty.
+    flat_memo: FlatMemo<B>,
 }
 
-/// A flat weight vector and the identities of the parameter buffers it was concatenated
-/// from, with clones of those parameters (which keep their buffers alive and unchanged).
-#[derive(Debug)]
-pub(crate) struct FlatWeights<B: Backend> {
-    ids: Vec<(usize, usize)>,
-    _params: Vec<B::FloatTensorPrimitive>,
-    flat: Tensor<B, 1>,
-}
+/// A module's memo of its flat weights, keeping clones of the parameters' primitives.
+type FlatMemo<B> =
+    BufferMemo<Vec<<B as burn::tensor::backend::BackendTypes>::FloatTensorPrimitive>, Tensor<B, 1>>;
 
 /// The identity of a float primitive's buffer, or `None` (see
 /// `FusedRnnBackend::fused_rnn_buffer_identity`).
@@ -196,7 +194,7 @@ impl FusedRnnConfig {
                 seed: self.seed,
             },
             dropout_calls: Arc::default(),
-            flat_memo: Arc::default(),
+            flat_memo: FlatMemo::default(),
         }
     }
 }
@@ -390,24 +388,13 @@ impl<B: Backend> FusedRnn<B> {
     }
 
     /// [`FusedRnn::flat_weights`], kept from the last call while every parameter is the
-    /// same buffer.
-    ///
-    /// # Note [Flat weights across calls]
-    ///
-    /// A forward concatenates the canonical parameters into the op's flat weight vector. On
-    /// a backend that can name a buffer (`FusedRnnBackend::fused_rnn_buffer_identity`: the
-    /// native CPU backends), the module keeps the last vector with the identities of the
-    /// buffers it came from and clones of those parameters, and hands the same vector to
-    /// the next call whose parameters have the same identities: while the clones live, a
-    /// buffer can be neither freed nor written in place, so the same identity means the
-    /// same values (the argument of Note [Packed weights across calls] in the CPU kernel).
-    /// The op then also finds its packed weights again, which is what makes a `forward`
-    /// with `seq_length = 1` (a decoder written with `forward`, or burn-nn's way with the
-    /// drop-in layers) as cheap as [`PreparedRnn::step`]. Under `Autodiff` the identity is
+    /// same buffer, on a backend that can name a buffer
+    /// (`FusedRnnBackend::fused_rnn_buffer_identity`: the native CPU backends; Note [Flat
+    /// weights across calls] in the core crate's `memo`: why the same buffers mean the same
+    /// values, and what it buys: inference calls and one-step `forward`s find their packed
+    /// weights again, as cheap as [`PreparedRnn::step`]). Under `Autodiff` the identity is
     /// unknown (`None`), so training concatenates on every call and the concatenation is
-    /// tracked. The kept vector costs one copy of the weights per module (a clone starts
-    /// empty); loading other weights, or an optimizer step, gives new buffers and a new
-    /// vector.
+    /// tracked.
     fn flat_weights_for_call(&self, identity: BufferIdentity<B>) -> Tensor<B, 1> {
         // The parameters themselves, as stored (a reshape may copy on some backends).
         let params: Vec<_> = self
@@ -430,20 +417,8 @@ impl<B: Backend> FusedRnn<B> {
         let Some(ids) = ids else {
             return self.flat_weights();
         };
-        let mut memo = self
-            .flat_memo
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(kept) = memo.as_ref().filter(|kept| kept.ids == ids) {
-            return kept.flat.clone();
-        }
-        let flat = self.flat_weights();
-        *memo = Some(FlatWeights {
-            ids,
-            _params: params,
-            flat: flat.clone(),
-        });
-        flat
+        self.flat_memo
+            .get_or_build(ids, params, || self.flat_weights())
     }
 
     /// Every canonical tensor as a 1-D tensor, in the layout's order.

@@ -14,7 +14,8 @@ use crate::spec::RnnSpec;
 ///
 /// [`FusedRnn::forward`] concatenates the canonical weights into the flat vector, except
 /// on backends whose buffers it can name (the native CPU backends keep the vector while
-/// the parameters are unchanged: Note [Flat weights across calls]); a prepared module
+/// the parameters are unchanged: Note [Flat weights across calls] in the core crate's
+/// `memo`); a prepared module
 /// concatenates once on every backend, and holds its snapshot however the module changes.
 ///
 /// # Note [Step-by-step decoding]

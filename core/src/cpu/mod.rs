@@ -8,8 +8,9 @@
 //!   direction, `[W_ih | W_hh]` is packed once per call (Note [Packed weights] in
 //!   `packed`), and each step is one pass of a register-blocked kernel over `[x_t |
 //!   h_{t-1}]` whose tiles go straight into the cell update (`cell`): activations, cell
-//!   state, output write and the variable-length select. One-step calls (decoding) keep
-//!   their packed weights (Note [Packed weights across calls] in `prepared`). With one
+//!   state, output write and the variable-length select. One-step calls (decoding) and
+//!   inference calls keep their packed weights (Note [Packed weights across calls] in
+//!   `prepared`). With one
 //!   or two sequences per thread, the input is projected ahead for a block of steps instead
 //!   (Note [Input projection] in `projection`).
 //! - **The backward** mirrors it: per step one fused element-wise pass and one product
@@ -67,11 +68,21 @@ pub mod simd;
 pub use backward::{Grads, OutputGrads};
 pub use forward::Outputs;
 pub use plan::reserve_len;
+pub use recycle::kept as reserves_kept;
 use recycle::recycle;
-pub use recycle::{kept as reserves_kept, release as release_reserves};
+
+/// Frees every buffer the kernel keeps between calls: training reserves and scratch
+/// buffers of both element types (Note [Reserve reuse], Note [Scratch reuse] in
+/// `recycle`), and the cache of packed weights with the weights tensors its entries keep
+/// alive (Note [Packed weights across calls] in `prepared`). Later calls allocate and
+/// pack anew; results do not change.
+pub fn release_reserves() {
+    recycle::release();
+    prepared::clear();
+}
 
 /// Networks the process-wide cache of packed weights holds at most (Note [Packed weights
-/// across calls]: one-step calls reuse their packed weights from it).
+/// across calls]: one-step and inference calls reuse their packed weights from it).
 pub const PACKED_WEIGHTS_CACHE_ENTRIES: usize = prepared::ENTRIES;
 
 /// Networks the cache of packed weights holds now, at most
@@ -129,12 +140,12 @@ impl<'a, T> HostInputs<'a, T> {
 /// - `training` keeps the reserve (Note [Native reserve] in `plan`, tagged: Note [Reserve
 ///   tag] on [`crate::reserve::ReserveTag`]) and applies dropout; `half` (inputs that were
 ///   F16 or BF16) keeps the last layer's output in the reserve too.
-/// - `weights_owner`: for a one-step call (`seq_length = 1`) whose `inputs.w` borrows the
-///   memory of `weights_owner` (a reference-counted tensor that shares its buffer between
-///   clones and never writes a shared buffer in place), the packed weights come from a
-///   small process-wide cache keyed by `w`'s address, and the cache keeps a clone of the
-///   owner alive (Note [Packed weights across calls] in `prepared`). `None` packs them
-///   for this call alone.
+/// - `weights_owner`: for an inference call (`training` false) or a one-step call
+///   (`seq_length = 1`) whose `inputs.w` borrows the memory of `weights_owner` (a
+///   reference-counted tensor that shares its buffer between clones and never writes a
+///   shared buffer in place), the packed weights come from a small process-wide cache
+///   keyed by `w`'s address, and the cache keeps a clone of the owner alive (Note [Packed
+///   weights across calls] in `prepared`). `None` packs them for this call alone.
 ///
 /// Returns `y` (`[T·B, D·P]` rows in the call's layout), `h_n`, `c_n` and the reserve.
 pub fn forward<T: Element, W: Clone + Send + Sync + 'static>(
@@ -146,8 +157,8 @@ pub fn forward<T: Element, W: Clone + Send + Sync + 'static>(
 ) -> (Outputs<T>, Option<Vec<T>>) {
     let plan = Plan::new(desc);
     let packed = match weights_owner {
-        Some(owner) if desc.seq_length == 1 => {
-            Some(prepared::packed_for_step(&plan, inputs.w, owner))
+        Some(owner) if desc.seq_length == 1 || !training => {
+            Some(prepared::packed_for_call(&plan, inputs.w, owner))
         }
         _ => None,
     };

@@ -217,6 +217,74 @@ pub(crate) enum PanelLayout {
     Columns,
 }
 
+/// Rows of a panel written per block by [`Packed::fill`]'s transpose.
+const FILL_BLOCK: usize = 64;
+
+/// Where one segment's values come from: element `(column, k)` of `M` at
+/// `data[column · col_stride + k · k_stride]`.
+#[derive(Clone, Copy)]
+struct Source<'a, T> {
+    data: &'a [T],
+    col_stride: usize,
+    k_stride: usize,
+}
+
+impl<'a, T: Lane> Source<'a, T> {
+    /// `M^T` stored row-major with rows of `k` elements (a column of `M` is contiguous).
+    fn rows(data: &'a [T], k: usize) -> Self {
+        Self {
+            data,
+            col_stride: k,
+            k_stride: 1,
+        }
+    }
+
+    /// `M` stored row-major with rows of `n` elements.
+    fn columns(data: &'a [T], n: usize) -> Self {
+        Self {
+            data,
+            col_stride: 1,
+            k_stride: n,
+        }
+    }
+
+    /// Writes `buf` (`[k][width]`): element `s` of row `k` is column `columns[s]` of `M`
+    /// (zero where `None`).
+    fn write(self, buf: &mut [T], columns: &[Option<usize>], width: usize) {
+        let k = buf.len() / width.max(1);
+        if self.k_stride != 1 {
+            for (kk, dst) in buf.chunks_exact_mut(width).enumerate() {
+                for (d, col) in dst.iter_mut().zip(columns) {
+                    *d = col.map_or(T::ZERO, |c| {
+                        self.data[c * self.col_stride + kk * self.k_stride]
+                    });
+                }
+            }
+            return;
+        }
+        for k0 in (0..k).step_by(FILL_BLOCK) {
+            let k1 = (k0 + FILL_BLOCK).min(k);
+            let block = &mut buf[k0 * width..k1 * width];
+            for (s, col) in columns.iter().enumerate() {
+                match *col {
+                    Some(c) => {
+                        let start = c * self.col_stride + k0;
+                        let run = &self.data[start..start + (k1 - k0)];
+                        for (row, &x) in block.chunks_exact_mut(width).zip(run) {
+                            row[s] = x;
+                        }
+                    }
+                    None => {
+                        for row in block.chunks_exact_mut(width) {
+                            row[s] = T::ZERO;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl<T: Lane> Packed<T> {
     /// Packs `[W_ih | W_hh]` for a step's pre-activations `x_t · W_ih^T + h · W_hh^T`
     /// (Note [Packed weights]): `w_ih` `[G·H, I]` (absent with skip input), `w_hh`
@@ -244,10 +312,7 @@ impl<T: Lane> Packed<T> {
             layout,
             k_chunk: usize::MAX,
         };
-        packed.fill(|segment, col, kk| match segment {
-            0 => w_in[col * ka + kk],
-            _ => w_hh[col * p + kk],
-        });
+        packed.fill([Source::rows(w_in, ka), Source::rows(w_hh, p)]);
         packed
     }
 
@@ -266,7 +331,7 @@ impl<T: Lane> Packed<T> {
             layout: PanelLayout::Columns,
             k_chunk: usize::MAX,
         };
-        packed.fill(|_, col, kk| w[kk * n + col]);
+        packed.fill([Source::rows(&[], 0), Source::columns(w, n)]);
         packed
     }
 
@@ -289,6 +354,11 @@ impl<T: Lane> Packed<T> {
         self.with_k_chunk(kc)
     }
 
+    /// Bytes of the packed elements.
+    pub(crate) fn bytes(&self) -> usize {
+        self.data.len() * core::mem::size_of::<T>()
+    }
+
     /// Bytes of one reduction step of a panel: what a chunk of `k` steps reads.
     pub(crate) fn bytes_per_k(&self) -> usize {
         let (va, vb) = self.vectors();
@@ -309,13 +379,19 @@ impl<T: Lane> Packed<T> {
         (self.ka * va + self.kb * vb) * self.lanes
     }
 
-    /// Writes every panel from `value(segment, column of M, k)`, in the panel's own order
-    /// (its writes are sequential; its reads walk `V·L` rows of `M` side by side, which
-    /// stay in cache from one `k` to the next), zeros past `M`'s last column: every
-    /// element of the buffer, which comes from the scratch list with stale contents. Panels are independent: when there are
-    /// more than [`PARALLEL_FILL`] elements, they are written on rayon's pool (a call packs
-    /// before its scans start, so this is time every thread would otherwise wait).
-    fn fill(&mut self, value: impl Fn(usize, usize, usize) -> T + Sync) {
+    /// Writes every panel from `sources` (segment `a`, then `b`), in the panel's own order,
+    /// zeros past `M`'s last column: every element of the buffer, which comes from the
+    /// scratch list with stale contents. Panels are independent: when there are more than
+    /// [`PARALLEL_FILL`] elements, they are written on rayon's pool (a call packs before
+    /// its scans start, so this is time every thread would otherwise wait).
+    ///
+    /// A panel's `k`-th row holds `V·L` columns of `M` side by side. When a column of `M`
+    /// is contiguous in memory (the gate weights, `[G·H, K]` row-major), this is a
+    /// transpose, done in blocks of [`FILL_BLOCK`] rows: each column's run of the block is
+    /// read in order and written down the block (`FILL_BLOCK · V·L` elements, in L1), so
+    /// neither side walks memory with a large stride for long (Note [Packed weights]: the
+    /// packing of a training step's weights is on its critical path).
+    fn fill(&mut self, sources: [Source<'_, T>; 2]) {
         let (va, vb) = self.vectors();
         let (lanes, panel_len) = (self.lanes, self.panel_len());
         let mut data = Scratch::new(self.panels * panel_len);
@@ -323,18 +399,11 @@ impl<T: Lane> Packed<T> {
         let write = |(j, panel): (usize, &mut [T])| {
             let mut columns = Vec::with_capacity(SLOTS * lanes);
             let (seg_a, seg_b) = panel.split_at_mut(this.ka * va * lanes);
-            for (segment, buf, vectors) in [(0, seg_a, va), (1, seg_b, vb)] {
+            for ((buf, vectors), src) in [(seg_a, va), (seg_b, vb)].into_iter().zip(sources) {
                 columns.clear();
                 columns
                     .extend((0..vectors * lanes).map(|i| this.column_of(j, i / lanes, i % lanes)));
-                for (kk, dst) in buf.chunks_exact_mut(vectors * lanes).enumerate() {
-                    for (d, col) in dst.iter_mut().zip(&columns) {
-                        *d = match *col {
-                            Some(col) => value(segment, col, kk),
-                            None => T::ZERO,
-                        };
-                    }
-                }
+                src.write(buf, &columns, vectors * lanes);
             }
         };
         if data.len() >= PARALLEL_FILL && rayon::current_num_threads() > 1 {
