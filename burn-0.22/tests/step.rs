@@ -500,14 +500,22 @@ fn one_step_forwards_reuse_the_flat_and_packed_weights() {
                  (a call packed new flat weights)"
             );
         }
-        // A longer inference call of the same module: the same flat weights, the same entry.
-        let long = module.forward(seeded([BATCH, 3, 5], 8, 1.0, &device, dtype), None);
-        drop(long);
-        let cached = packed_weights_cached();
-        assert_eq!(
-            cached, expected,
-            "{label}, three steps: the cache holds {cached} networks, expected {expected}"
-        );
+        // Longer inference calls of the same module cache their packed weights too, and
+        // find them again: once the cache is emptied, the first adds one entry, the
+        // second none.
+        burn_fused_rnn::release_reserves();
+        expected = 0;
+        for call in 0..2 {
+            let long = module.forward(seeded([BATCH, 3, 5], 8, 1.0, &device, dtype), None);
+            drop(long);
+            let cached = packed_weights_cached();
+            assert_eq!(
+                cached, 1,
+                "{label}, three steps, call {call}: the cache holds {cached} networks, \
+                 expected 1"
+            );
+        }
+        expected += 1;
         let stepped = run_steps(&module.prepare(), &x, None);
         expected += 1; // the prepared decoder packs its own flat weights
         assert_eq!(
@@ -546,6 +554,25 @@ fn one_step_forwards_reuse_the_flat_and_packed_weights() {
             "{label}: release_reserves empties the cache"
         );
     }
+
+    // A training forward of more than one step packs for itself (its weights change at
+    // every optimizer step): nothing is cached.
+    use burn_fused_rnn::autodiff::fused_tracked_forward_calls;
+    let device = Device::flex().autodiff();
+    let module = config.init_with_params(seeded([n], 5, 0.5, &device, DType::F32));
+    let tracked = fused_tracked_forward_calls();
+    let y = module.forward(seeded([BATCH, 3, 5], 8, 1.0, &device, DType::F32), None);
+    assert_eq!(
+        fused_tracked_forward_calls() - tracked,
+        1,
+        "the autodiff call was not a training forward"
+    );
+    drop(y);
+    let cached = packed_weights_cached();
+    assert_eq!(
+        cached, 0,
+        "a training forward of three steps cached its packed weights ({cached} networks)"
+    );
 }
 
 fn in_a_fresh_process() {
