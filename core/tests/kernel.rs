@@ -4,7 +4,9 @@
 //! this CPU has, in `f64` and `f32`; and the backward against central finite differences
 //! of that implementation.
 
-use burn_fused_rnn_core::cpu::projection::{with_input_projection, with_k_chunk, InputProjection};
+use burn_fused_rnn_core::cpu::projection::{
+    with_input_projection, with_k_chunk, with_projection_block, InputProjection,
+};
 use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
 use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
 use burn_fused_rnn_core::random::SplitMix64;
@@ -358,6 +360,77 @@ fn forward_split_over_threads_matches_the_plain_implementation() {
                 );
                 assert_close(&format!("{what} dw"), split.dweights, &one.dweights, 1e-12);
             });
+        }
+    }
+}
+
+/// Batches of one and two, projected ahead in blocks of 3 steps (the first one step long):
+/// with more than one thread, each block's steps run while another thread projects the
+/// next block (the core's Note [Projection beside the scan]). In pools of 2 and 3 threads
+/// (3: a bidirectional layer's directions get 2 each), every mode, with padding, a
+/// projection and both layouts, against the plain implementation; and the training
+/// reserve against a single thread's, bit for bit.
+#[test]
+fn forward_with_the_projection_beside_the_scan_matches_the_plain_implementation() {
+    let single = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a pool of 1 thread");
+    for threads in [2, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a pool");
+        for mode in [
+            RnnMode::Lstm,
+            RnnMode::Gru,
+            RnnMode::RnnTanh,
+            RnnMode::RnnRelu,
+        ] {
+            for (batch, bidirectional, batch_first, proj) in [
+                (1, false, false, None),
+                (2, true, true, None),
+                (2, false, false, Some(3)),
+            ] {
+                if proj.is_some() && mode != RnnMode::Lstm {
+                    continue;
+                }
+                let spec = RnnSpec {
+                    num_layers: 2,
+                    bidirectional,
+                    proj_size: proj,
+                    ..RnnSpec::new(mode, 4, 5)
+                };
+                let lengths = (batch == 2).then(|| vec![11, 6]);
+                let desc =
+                    RnnDescriptor::new(spec, 11, batch, batch_first, lengths, DropoutSpec::NONE);
+                pool.install(|| with_projection_block(3, || check_forward(&desc)));
+                let d = convert(&data(&desc), |v| v);
+                let reserve = |pool: &rayon::ThreadPool| {
+                    pool.install(|| {
+                        with_projection_block(3, || {
+                            with_input_projection(InputProjection::Ahead, || {
+                                cpu::forward(&desc, &inputs(&desc, &d), None::<&()>, true, false)
+                            })
+                        })
+                    })
+                    .1
+                    .expect("a training forward keeps a reserve")
+                };
+                let len = cpu::reserve_len(&desc, false);
+                let written = |r: Vec<f64>| -> Vec<f64> {
+                    r[..len]
+                        .iter()
+                        .map(|&v| if v.is_nan() { 0.0 } else { v })
+                        .collect()
+                };
+                assert_eq!(
+                    written(reserve(&pool)),
+                    written(reserve(&single)),
+                    "{:?} B{batch} reserve, {threads} threads against 1",
+                    desc.spec
+                );
+            }
         }
     }
 }

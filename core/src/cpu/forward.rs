@@ -150,6 +150,7 @@ struct Part<'a, T> {
 }
 
 /// What every part of a direction shares.
+#[derive(Clone, Copy)]
 struct Shared<'a, T> {
     /// Folded biases and GRU's `b_hn` (`biases`).
     bias: &'a [T],
@@ -316,17 +317,25 @@ impl<T: Lane> Direction<'_, T> {
         };
         let steps: Vec<usize> = plan.scan(self.d).collect();
         let block = match shared.ahead {
-            true => projection::block_steps(
-                [steps.len(), nb, gh, core::mem::size_of::<T>()],
-                shared.cache,
-            ),
+            true => plan.projection_block.unwrap_or_else(|| {
+                projection::block_steps(
+                    [steps.len(), nb, gh, core::mem::size_of::<T>()],
+                    shared.cache,
+                )
+            }),
             false => steps.len().max(1),
         };
-        let mut projected = Projected::default();
-        for block in steps.chunks(block) {
-            if shared.ahead {
-                self.project(block, (b0, nb), shared, &mut projected);
+        let pipelined = shared.ahead && shared.gemm_threads > 1 && steps.len() > block;
+        let blocks: Vec<&[usize]> = match pipelined {
+            // The first block's projection runs alone: an eighth of a block.
+            true => {
+                let (first, rest) = steps.split_at(block.div_ceil(8));
+                core::iter::once(first).chain(rest.chunks(block)).collect()
             }
+            false => steps.chunks(block).collect(),
+        };
+        let mut projected = Projected::default();
+        let mut steps_of = |block: &[usize], shared: &Shared<'_, T>, xw: Option<&Projected<T>>| {
             for &t in block {
                 let gate_rows = match TRAIN {
                     true => gates[t * nb..(t + 1) * nb]
@@ -335,8 +344,42 @@ impl<T: Lane> Direction<'_, T> {
                         .collect(),
                     false => Vec::new(),
                 };
-                let xw = shared.ahead.then_some(&projected);
                 self.step::<TRAIN>(&mut scan, t, (b0, nb), gate_rows, shared, xw);
+            }
+        };
+        if pipelined {
+            // Note [Projection beside the scan]: the next block's projection on one thread
+            // while this block's steps run on another.
+            let alone = Shared {
+                gemm_threads: 1,
+                ..*shared
+            };
+            let mut upcoming = Projected::default();
+            self.project(
+                blocks[0],
+                (b0, nb),
+                shared.gemm_threads,
+                shared,
+                &mut projected,
+            );
+            for (i, block) in blocks.iter().enumerate() {
+                let next = blocks.get(i + 1);
+                rayon::join(
+                    || steps_of(block, &alone, Some(&projected)),
+                    || {
+                        if let Some(next) = next {
+                            self.project(next, (b0, nb), 1, &alone, &mut upcoming);
+                        }
+                    },
+                );
+                core::mem::swap(&mut projected, &mut upcoming);
+            }
+        } else {
+            for block in blocks {
+                if shared.ahead {
+                    self.project(block, (b0, nb), shared.gemm_threads, shared, &mut projected);
+                }
+                steps_of(block, shared, shared.ahead.then_some(&projected));
             }
         }
         (scan.state, scan.cell)
@@ -349,6 +392,7 @@ impl<T: Lane> Direction<'_, T> {
         &self,
         block: &[usize],
         (b0, nb): (usize, usize),
+        threads: usize,
         shared: &Shared<'_, T>,
         projected: &mut Projected<T>,
     ) {
@@ -387,7 +431,7 @@ impl<T: Lane> Direction<'_, T> {
             true,
             Mat::rows(lhs, rows, in_size, in_size),
             Mat::rows(w_ih, gh, in_size, in_size).t(),
-            gemm_threads(shared.gemm_threads, rows, gh, in_size),
+            gemm_threads(threads, rows, gh, in_size),
         );
     }
 

@@ -66,6 +66,9 @@ pub(crate) struct Plan<'d> {
     /// The reduction chunk forced on the calling thread, if any (Note [Reduction chunks]
     /// in `super::packed`).
     pub(crate) k_chunk: Option<usize>,
+    /// The block of steps projected at once forced on the calling thread, if any (Note
+    /// [Input projection] in `super::projection`).
+    pub(crate) projection_block: Option<usize>,
 }
 
 impl core::ops::Deref for Plan<'_> {
@@ -93,6 +96,7 @@ impl<'d> Plan<'d> {
             level: SimdLevel::current(),
             projection: InputProjection::forced(),
             k_chunk: super::projection::forced_k_chunk(),
+            projection_block: super::projection::forced_projection_block(),
         }
     }
 

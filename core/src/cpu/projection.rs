@@ -40,6 +40,22 @@
 //! `gemm_common::cache::CACHE_INFO`). A one-step call (decoding) and a prepared network
 //! always run `Fused` (no block of steps to project), and so does skip input (no `W_ih`).
 //!
+//! # Note [Projection beside the scan]
+//!
+//! With the input projected ahead and one part of the batch (a batch of one or two: Note
+//! [Fused step] in `super::forward`), the scan runs on one thread and the others would
+//! only help with the block's GEMM, a tenth of the time at B = 1, waking up for each
+//! block. Instead, while one thread runs the steps of a block, another projects the next
+//! block (a `rayon::join` per block, into a second buffer that then swaps with the first),
+//! so the projection leaves the scan's path except for the first block, which is an
+//! eighth of a block long. The steps and the sums are the same as without it. Measured
+//! (docs/BENCHMARKS.md, "the projection beside the scan"; Zen 5, 2 threads, 13 rounds of
+//! the kernel alone): the median LSTM H32 B1 T10000 forward went from 3.11 to 2.80 ms and
+//! the GRU's from 2.81 to 2.52, but both are bimodal on that VM (some rounds slower than
+//! before); the B = 1 training steps were faster at the median in every sitting that
+//! timed them. The tests force small blocks (`with_projection_block`) so that a short
+//! sequence runs several of them.
+//!
 //! Both paths compute the same sums in a different order, so they agree to rounding; the
 //! tests force each one (`with_input_projection`) at every SIMD level, against the plain
 //! implementation and the PyTorch fixtures, so that the path a machine does not pick by
@@ -149,6 +165,31 @@ pub fn with_k_chunk<R>(k_chunk: usize, f: impl FnOnce() -> R) -> R {
         }
     }
     let _restore = Restore(FORCED_K_CHUNK.with(|c| c.replace(Some(k_chunk.max(1)))));
+    f()
+}
+
+thread_local! {
+    static FORCED_BLOCK: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// The block of steps projected at once forced on this thread ([`with_projection_block`]),
+/// if any.
+pub fn forced_projection_block() -> Option<usize> {
+    FORCED_BLOCK.with(Cell::get)
+}
+
+/// Runs `f` with every fused call that `f` makes from this thread projecting its input
+/// ahead (where it does: Note [Input projection]) `steps` steps at a time, instead of the
+/// block sized from the L2 (`block_steps`), so that tests run several blocks, and the
+/// projection beside the scan (Note [Projection beside the scan]), on short sequences.
+pub fn with_projection_block<R>(steps: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FORCED_BLOCK.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(FORCED_BLOCK.with(|c| c.replace(Some(steps.max(1)))));
     f()
 }
 
