@@ -98,7 +98,10 @@ fn biases<'b, T: Float, const G: usize>(
 /// place, `o ∘ tanh(c')` to `out`; when `TRAIN`, `[i f g o]` activated and `c` entering the
 /// step to the gate row (`5H`).
 #[inline(always)]
-pub(crate) fn lstm_forward<T: Float, const TRAIN: bool>(u: Units<'_, T>, c: &mut [T]) {
+pub(crate) fn lstm_forward<T: Float, const TRAIN: bool, const FMA: bool>(
+    u: Units<'_, T>,
+    c: &mut [T],
+) {
     let (h, lo, n) = (u.h, u.lo, u.n);
     let mut buf = None;
     let b = biases::<T, 4>(u.bias, u.skip, h, lo, n, &mut buf);
@@ -112,7 +115,7 @@ pub(crate) fn lstm_forward<T: Float, const TRAIN: bool>(u: Units<'_, T>, c: &mut
     } else {
         Default::default()
     };
-    lstm_forward_loop::<T, TRAIN>(
+    lstm_forward_loop::<T, TRAIN, FMA>(
         n, ai, af, ag, ao, bi, bf, bg, bo, c, out, ri, rf, rg, ro, rc,
     );
 }
@@ -130,7 +133,7 @@ pub(crate) fn lstm_forward<T: Float, const TRAIN: bool>(u: Units<'_, T>, c: &mut
 /// product, or 16 units: `in_blocks`), for which the vector code has no remainder.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn lstm_forward_loop<T: Float, const TRAIN: bool>(
+fn lstm_forward_loop<T: Float, const TRAIN: bool, const FMA: bool>(
     n: usize,
     ai: &[T],
     af: &[T],
@@ -164,14 +167,14 @@ fn lstm_forward_loop<T: Float, const TRAIN: bool>(
             &mut kc[..n],
         );
         for j in 0..n {
-            let i = sigmoid(ai[j] + bi[j]);
-            let f = sigmoid(af[j] + bf[j]);
-            let g = tanh(ag[j] + bg[j]);
-            let o = sigmoid(ao[j] + bo[j]);
+            let i = sigmoid::<T, FMA>(ai[j] + bi[j]);
+            let f = sigmoid::<T, FMA>(af[j] + bf[j]);
+            let g = tanh::<T, FMA>(ag[j] + bg[j]);
+            let o = sigmoid::<T, FMA>(ao[j] + bo[j]);
             let c_prev = c[j];
             let c_new = f * c_prev + i * g;
             c[j] = c_new;
-            out[j] = o * tanh(c_new);
+            out[j] = o * tanh::<T, FMA>(c_new);
             if TRAIN {
                 ki[j] = i;
                 kf[j] = f;
@@ -193,7 +196,11 @@ fn lstm_forward_loop<T: Float, const TRAIN: bool>(
 /// b_hn)]` to the gate row (`4H`). `bias`: `[b_ir + b_hr, b_iz + b_hz, b_in]`; `h_prev`:
 /// the state entering the step (whole row).
 #[inline(always)]
-pub(crate) fn gru_forward<T: Float, const TRAIN: bool>(u: Units<'_, T>, b_hn: &[T], h_prev: &[T]) {
+pub(crate) fn gru_forward<T: Float, const TRAIN: bool, const FMA: bool>(
+    u: Units<'_, T>,
+    b_hn: &[T],
+    h_prev: &[T],
+) {
     let (h, lo, n) = (u.h, u.lo, u.n);
     let mut buf = None;
     let [br, bz, bn] = biases::<T, 3>(u.bias, u.skip, h, lo, n, &mut buf).map(|b| &b[..n]);
@@ -207,7 +214,7 @@ pub(crate) fn gru_forward<T: Float, const TRAIN: bool>(u: Units<'_, T>, b_hn: &[
     } else {
         Default::default()
     };
-    gru_forward_loop::<T, TRAIN>(
+    gru_forward_loop::<T, TRAIN, FMA>(
         n, ar, az, anx, anh, br, bz, bn, b_hn, h_prev, out, rr, rz, rn, rh,
     );
 }
@@ -216,7 +223,7 @@ pub(crate) fn gru_forward<T: Float, const TRAIN: bool>(u: Units<'_, T>, b_hn: &[
 /// `lstm_forward_loop`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn gru_forward_loop<T: Float, const TRAIN: bool>(
+fn gru_forward_loop<T: Float, const TRAIN: bool, const FMA: bool>(
     n: usize,
     ar: &[T],
     az: &[T],
@@ -242,10 +249,10 @@ fn gru_forward_loop<T: Float, const TRAIN: bool>(
         let [kr, kz, kn, kh] = &mut keep;
         let (kr, kz, kn, kh) = (&mut kr[..n], &mut kz[..n], &mut kn[..n], &mut kh[..n]);
         for j in 0..n {
-            let r = sigmoid(ar[j] + br[j]);
-            let z = sigmoid(az[j] + bz[j]);
+            let r = sigmoid::<T, FMA>(ar[j] + br[j]);
+            let z = sigmoid::<T, FMA>(az[j] + bz[j]);
             let hn = anh[j] + b_hn[j];
-            let nn = tanh(anx[j] + bn[j] + r * hn);
+            let nn = tanh::<T, FMA>(anx[j] + bn[j] + r * hn);
             out[j] = nn + z * (h_prev[j] - nn);
             if TRAIN {
                 kr[j] = r;
@@ -265,7 +272,9 @@ fn gru_forward_loop<T: Float, const TRAIN: bool>(
 /// Plain RNN forward over units `lo..lo + n` of one row (`acc[0]` holds the `n` units):
 /// `out = act(x W_ih^T + h W_hh^T + b)`; when `TRAIN` the gate row keeps `out`.
 #[inline(always)]
-pub(crate) fn rnn_forward<T: Float, const TRAIN: bool, const RELU: bool>(u: Units<'_, T>) {
+pub(crate) fn rnn_forward<T: Float, const TRAIN: bool, const RELU: bool, const FMA: bool>(
+    u: Units<'_, T>,
+) {
     let (h, lo, n) = (u.h, u.lo, u.n);
     let mut buf = None;
     let [b] = biases::<T, 1>(u.bias, u.skip, h, lo, n, &mut buf);
@@ -280,7 +289,7 @@ pub(crate) fn rnn_forward<T: Float, const TRAIN: bool, const RELU: bool>(u: Unit
         let v = if RELU {
             relu(acc[j] + b[j])
         } else {
-            tanh(acc[j] + b[j])
+            tanh::<T, FMA>(acc[j] + b[j])
         };
         out[j] = v;
         if TRAIN {
@@ -373,7 +382,9 @@ fn lstm_backward_loop<T: Float, const PROJ: bool>(
     for j in 0..n {
         let (i, f, g, o) = (gi[j], gf[j], gg[j], go[j]);
         let c = f * cp[j] + i * g;
-        let tc = tanh(c);
+        // Unfused (the backward's row loop does not know its SIMD level): within an ulp
+        // of the forward's `tanh(c')` (Note [Activations] in `super::float`).
+        let tc = tanh::<T, false>(c);
         let d_o = dh[j] * tc;
         let dct = dc[j] + dh[j] * o * (T::ONE - tc * tc);
         dc[j] = dct * f;

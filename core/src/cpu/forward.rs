@@ -40,7 +40,7 @@ use super::plan::{dropped, state_of, CellWeights, Inputs, Plan, ReserveLayout};
 use super::projection::{self, CacheSizes, InputProjection};
 use super::recycle::{self, Kept, Scratch};
 use super::schedule::{direction_threads, gemm_threads, per_direction, scan_threads};
-use super::simd::dispatch;
+use super::simd::{dispatch, has_fma};
 use crate::reserve::ReserveTag;
 use crate::spec::RnnMode;
 
@@ -138,6 +138,8 @@ struct Scan<'a, T> {
     out: Vec<&'a mut [T]>,
     /// The step's rows laid out for the microkernel (`Packed::lay_out_rows`).
     lhs: Vec<T>,
+    /// The allocation of the step's rows, kept from step to step (`recycled`).
+    spare: Vec<StepRow<'a, T>>,
 }
 
 /// Some consecutive rows of the batch, `b0..b0 + nb`, whose whole scan runs on one thread
@@ -314,6 +316,7 @@ impl<T: Lane> Direction<'_, T> {
             projected: vec![T::ZERO; if proj { nb * p } else { 0 }],
             out,
             lhs: Vec::new(),
+            spare: Vec::new(),
         };
         let steps: Vec<usize> = plan.scan(self.d).collect();
         let block = match shared.ahead {
@@ -326,6 +329,13 @@ impl<T: Lane> Direction<'_, T> {
             false => steps.len().max(1),
         };
         let pipelined = shared.ahead && shared.gemm_threads > 1 && steps.len() > block;
+        // Beside the scan, two blocks are alive at once: half a block each, so that the
+        // buffers together stay within the L2 as one block does (and memory stays linear in
+        // `T` with the same constant).
+        let block = match pipelined && plan.projection_block.is_none() {
+            true => block.div_ceil(2),
+            false => block,
+        };
         let blocks: Vec<&[usize]> = match pipelined {
             // The first block's projection runs alone: an eighth of a block.
             true => {
@@ -455,25 +465,27 @@ impl<T: Lane> Direction<'_, T> {
             let mut c_rows = scan.cell.as_deref_mut().map(|c| c.chunks_mut(h));
             let mut gate_rows = gate_rows.into_iter();
             let state = &scan.state;
-            let mut items: Vec<StepRow<'_, T>> = scan.out[t * nb..(t + 1) * nb]
-                .iter_mut()
-                .zip(scan.next.chunks_mut(p))
-                .enumerate()
-                .map(|(j, (out, next))| {
-                    let b = b0 + j;
-                    StepRow {
-                        valid: plan.valid(t, b),
-                        x: &self.input[plan.row(t, b) * in_size..][..in_size],
-                        xw: projected.map(|pr| pr.row(t, j, nb)),
-                        gate: gate_rows.next().flatten(),
-                        prev: &state[j * p..(j + 1) * p],
-                        next,
-                        cell: c_rows.as_mut().and_then(Iterator::next),
-                        m: proj.and_then(|_| m_rows.next()),
-                        out,
-                    }
-                })
-                .collect();
+            let mut items: Vec<StepRow<'_, T>> = recycled(core::mem::take(&mut scan.spare));
+            items.extend(
+                scan.out[t * nb..(t + 1) * nb]
+                    .iter_mut()
+                    .zip(scan.next.chunks_mut(p))
+                    .enumerate()
+                    .map(|(j, (out, next))| {
+                        let b = b0 + j;
+                        StepRow {
+                            valid: plan.valid(t, b),
+                            x: &self.input[plan.row(t, b) * in_size..][..in_size],
+                            xw: projected.map(|pr| pr.row(t, j, nb)),
+                            gate: gate_rows.next().flatten(),
+                            prev: &state[j * p..(j + 1) * p],
+                            next,
+                            cell: c_rows.as_mut().and_then(Iterator::next),
+                            m: proj.and_then(|_| m_rows.next()),
+                            out,
+                        }
+                    }),
+            );
             dispatch(
                 plan.level,
                 FusedStep::<'_, '_, T, TRAIN> {
@@ -487,6 +499,7 @@ impl<T: Lane> Direction<'_, T> {
                     b_hn: shared.b_hn,
                 },
             );
+            scan.spare = recycled(items);
         }
         if let Some(w_hr) = proj {
             // h' = (o ∘ tanh c') W_hr^T for every row, then the select.
@@ -545,13 +558,14 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
             r.next.copy_from_slice(r.prev);
             r.out.fill(T::ZERO);
         }
+        let lanes = lanes_of::<S, T>();
+        let fma = has_fma::<S>();
+        let per_panel = packed.per_panel();
+        let width = SLOTS * lanes;
         {
             let rows: &[StepRow<'_, T>] = rows;
             packed.lay_out_rows::<S>(rows.len(), |r| (rows[r].x, rows[r].prev), lhs);
         }
-        let lanes = lanes_of::<S, T>();
-        let per_panel = packed.per_panel();
-        let width = SLOTS * lanes;
         packed.tiles(
             simd,
             lhs,
@@ -594,26 +608,42 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
                             }
                         };
                     }
+                    // A function, not a closure: a closure that the compiler does not
+                    // inline would run without the level's target features.
                     macro_rules! cell {
-                        ($f:expr) => {
+                        ($f:path $(, $arg:expr)*) => {
                             if n == full {
-                                $f(units!(full))
+                                $f(units!(full) $(, $arg)*)
                             } else {
-                                $f(units!(n))
+                                $f(units!(n) $(, $arg)*)
                             }
                         };
                     }
-                    match mode {
-                        RnnMode::Lstm => {
+                    // The activations fuse their multiply-adds where the level has the
+                    // instruction (a constant per level: Note [Activations] in
+                    // `super::float`).
+                    match (mode, fma) {
+                        (RnnMode::Lstm, true) => {
                             let c = r.cell.as_deref_mut().expect("LSTM carries c");
-                            cell!(|u| cell::lstm_forward::<T, TRAIN>(u, c))
+                            cell!(cell::lstm_forward::<T, TRAIN, true>, c)
                         }
-                        RnnMode::Gru => {
-                            let prev = r.prev;
-                            cell!(|u| cell::gru_forward::<T, TRAIN>(u, b_hn, prev))
+                        (RnnMode::Lstm, false) => {
+                            let c = r.cell.as_deref_mut().expect("LSTM carries c");
+                            cell!(cell::lstm_forward::<T, TRAIN, false>, c)
                         }
-                        RnnMode::RnnTanh => cell!(cell::rnn_forward::<T, TRAIN, false>),
-                        RnnMode::RnnRelu => cell!(cell::rnn_forward::<T, TRAIN, true>),
+                        (RnnMode::Gru, true) => {
+                            cell!(cell::gru_forward::<T, TRAIN, true>, b_hn, r.prev)
+                        }
+                        (RnnMode::Gru, false) => {
+                            cell!(cell::gru_forward::<T, TRAIN, false>, b_hn, r.prev)
+                        }
+                        (RnnMode::RnnTanh, true) => {
+                            cell!(cell::rnn_forward::<T, TRAIN, false, true>)
+                        }
+                        (RnnMode::RnnTanh, false) => {
+                            cell!(cell::rnn_forward::<T, TRAIN, false, false>)
+                        }
+                        (RnnMode::RnnRelu, _) => cell!(cell::rnn_forward::<T, TRAIN, true, false>),
                     }
                     if !projected {
                         r.out[lo..lo + n].copy_from_slice(&r.next[lo..lo + n]);
@@ -622,6 +652,15 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
             },
         );
     }
+}
+
+/// An emptied vector's allocation, for elements of another lifetime: a step's rows borrow
+/// that step's buffers, so the vector that holds them cannot outlive the step, but its
+/// allocation can (the standard library collects a `map` over `into_iter` in place when
+/// the two element types have the same layout), which saves an allocation per step.
+fn recycled<U, V>(mut v: Vec<U>) -> Vec<V> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!("emptied")).collect()
 }
 
 /// Lanes of `T` at `S`: a constant once inlined.

@@ -48,7 +48,8 @@
 //! block. Instead, while one thread runs the steps of a block, another projects the next
 //! block (a `rayon::join` per block, into a second buffer that then swaps with the first),
 //! so the projection leaves the scan's path except for the first block, which is an
-//! eighth of a block long. The steps and the sums are the same as without it. Measured
+//! eighth of a block long. The blocks are half as long as `block_steps` says, so that the
+//! two buffers together take what one did. The steps and the sums are the same as without it. Measured
 //! (docs/BENCHMARKS.md, "the projection beside the scan"; Zen 5, 2 threads, 13 rounds of
 //! the kernel alone): the median LSTM H32 B1 T10000 forward went from 3.11 to 2.80 ms and
 //! the GRU's from 2.81 to 2.52, but both are bimodal on that VM (some rounds slower than

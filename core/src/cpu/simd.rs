@@ -151,6 +151,15 @@ pub fn with_simd_level<R>(level: SimdLevel, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Whether the loops compiled for `S` have a fused multiply-add instruction (the
+/// activations use it then: Note [Activations] in `super::float`). Every vector level has
+/// one (AVX2 with FMA, AVX-512, NEON); pulp's scalar level is compiled for the baseline
+/// target, which on x86-64 has none.
+#[inline(always)]
+pub(crate) fn has_fma<S: pulp::Simd>() -> bool {
+    core::mem::size_of::<S::f32s>() > core::mem::size_of::<f32>()
+}
+
 /// Runs `op` compiled for `level`.
 ///
 /// # Panics
@@ -175,5 +184,20 @@ pub(crate) fn dispatch<Op: WithSimd>(level: SimdLevel, op: Op) -> Op::Output {
         SimdLevel::Portable => Simd::vectorize(pulp::Scalar::new(), op),
         #[cfg(not(target_arch = "x86_64"))]
         _ => pulp::Arch::new().dispatch(op),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_vector_levels_have_fma_and_the_scalar_level_does_not() {
+        assert!(!has_fma::<pulp::Scalar>());
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert!(has_fma::<pulp::x86::V3>());
+            assert!(has_fma::<pulp::x86::V4>());
+        }
     }
 }
