@@ -312,17 +312,7 @@ fn forward_split_over_threads_matches_the_plain_implementation() {
                     })
                     .expect("a training forward keeps a reserve")
                 };
-                let len = cpu::reserve_len(&desc, false);
-                // The forward does not write the gate rows of padded steps (the backward
-                // zeroes them before reading: Note [Reserve reuse]); a reserve reused from
-                // another test's call holds NaN there (debug builds), a fresh one zeros. So
-                // those slots compare as zeros; every slot the forward writes is finite.
-                let written = |r: Vec<f64>| -> Vec<f64> {
-                    r[..len]
-                        .iter()
-                        .map(|&v| if v.is_nan() { 0.0 } else { v })
-                        .collect()
-                };
+                let written = |r: Vec<f64>| written(&desc, r);
                 let one = written(reserve(&single));
                 let what = format!("{:?} {level:?}", desc.spec);
                 assert_close(
@@ -417,13 +407,7 @@ fn forward_with_the_projection_beside_the_scan_matches_the_plain_implementation(
                     .1
                     .expect("a training forward keeps a reserve")
                 };
-                let len = cpu::reserve_len(&desc, false);
-                let written = |r: Vec<f64>| -> Vec<f64> {
-                    r[..len]
-                        .iter()
-                        .map(|&v| if v.is_nan() { 0.0 } else { v })
-                        .collect()
-                };
+                let written = |r: Vec<f64>| written(&desc, r);
                 assert_eq!(
                     written(reserve(&pool)),
                     written(reserve(&single)),
@@ -433,6 +417,19 @@ fn forward_with_the_projection_beside_the_scan_matches_the_plain_implementation(
             }
         }
     }
+}
+
+/// A training forward's reserve, cut to the layout's length, NaN read as zero. The forward
+/// does not write the gate rows of padded steps (the backward zeroes them before reading:
+/// Note [Reserve reuse]); a reserve reused from another test's call holds NaN there (debug
+/// builds), a fresh one zeros. So those slots compare as zeros; every slot the forward
+/// writes is finite.
+fn written(desc: &RnnDescriptor, reserve: Vec<f64>) -> Vec<f64> {
+    let len = cpu::reserve_len(desc, false);
+    reserve[..len]
+        .iter()
+        .map(|&v| if v.is_nan() { 0.0 } else { v })
+        .collect()
 }
 
 /// The forward of `desc` (inference and training) against the plain implementation at
