@@ -66,7 +66,7 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
-use super::simd::SimdLevel;
+use super::simd::{with_forced, SimdLevel};
 
 /// Where the input projection runs (Note [Input projection]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -120,14 +120,7 @@ fn from_env() -> Option<InputProjection> {
 /// Runs `f` with every fused call that `f` makes from this thread computing its input
 /// projection the way `projection` says (where it can: Note [Input projection]).
 pub fn with_input_projection<R>(projection: InputProjection, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<InputProjection>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            FORCED.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(FORCED.with(|c| c.replace(Some(projection))));
-    f()
+    with_forced(&FORCED, projection, f)
 }
 
 thread_local! {
@@ -159,14 +152,7 @@ pub fn forced_k_chunk() -> Option<usize> {
 /// products' reduction in chunks of `k_chunk` steps (`usize::MAX`: one chunk), instead of
 /// the chunk chosen from the L1 size (Note [Reduction chunks] in `super::packed`).
 pub fn with_k_chunk<R>(k_chunk: usize, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<usize>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            FORCED_K_CHUNK.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(FORCED_K_CHUNK.with(|c| c.replace(Some(k_chunk.max(1)))));
-    f()
+    with_forced(&FORCED_K_CHUNK, k_chunk.max(1), f)
 }
 
 thread_local! {
@@ -184,14 +170,7 @@ pub fn forced_projection_block() -> Option<usize> {
 /// block sized from the L2 (`block_steps`), so that tests run several blocks, and the
 /// projection beside the scan (Note [Projection beside the scan]), on short sequences.
 pub fn with_projection_block<R>(steps: usize, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<usize>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            FORCED_BLOCK.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(FORCED_BLOCK.with(|c| c.replace(Some(steps.max(1)))));
-    f()
+    with_forced(&FORCED_BLOCK, steps.max(1), f)
 }
 
 /// Reduction steps per chunk of the step products at `level` (Note [Reduction chunks] in

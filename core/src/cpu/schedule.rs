@@ -5,7 +5,9 @@
 //! ([`in_pool`]); the two directions of a layer run side by side ([`per_direction`]),
 //! each with its share of the threads ([`direction_threads`]); the forward splits a batch
 //! into parts whose whole scans run side by side ([`scan_threads`], Note [Fused step] in
-//! `super::forward`); the backward splits a step's rows when the step is big enough
+//! `super::forward`), and a batch in one part projects its next block of inputs on a
+//! second thread while its steps run (Note [Projection beside the scan] in
+//! `super::projection`); the backward splits a step's rows when the step is big enough
 //! ([`step_threads`]); the large
 //! GEMMs split inside the `gemm` crate ([`gemm_threads`]); element-wise passes over rows
 //! split like the steps ([`for_rows`]).

@@ -26,6 +26,7 @@
 
 use std::cell::Cell;
 use std::sync::OnceLock;
+use std::thread::LocalKey;
 
 #[cfg(target_arch = "x86_64")]
 use pulp::Simd;
@@ -141,13 +142,24 @@ pub fn with_simd_level<R>(level: SimdLevel, f: impl FnOnce() -> R) -> R {
         "expected a SIMD level this CPU has ({:?}), got {level:?}",
         SimdLevel::available()
     );
-    struct Restore(Option<SimdLevel>);
-    impl Drop for Restore {
+    with_forced(&FORCED, level, f)
+}
+
+/// Runs `f` with the thread-local setting `key` forced to `value` on this thread; what it
+/// held before comes back after `f`, also when `f` panics (tests force settings in turn on
+/// one thread). Every `with_*` forcing function of the kernel is this.
+pub(crate) fn with_forced<V: Copy + 'static, R>(
+    key: &'static LocalKey<Cell<Option<V>>>,
+    value: V,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore<V: Copy + 'static>(&'static LocalKey<Cell<Option<V>>>, Option<V>);
+    impl<V: Copy + 'static> Drop for Restore<V> {
         fn drop(&mut self) {
-            FORCED.with(|c| c.set(self.0));
+            self.0.with(|c| c.set(self.1));
         }
     }
-    let _restore = Restore(FORCED.with(|c| c.replace(Some(level))));
+    let _restore = Restore(key, key.with(|c| c.replace(Some(value))));
     f()
 }
 
