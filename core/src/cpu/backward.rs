@@ -15,6 +15,7 @@
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
+use super::aligned::Aligned;
 use super::cell;
 use super::gemm::{gemm, Mat, MatMut};
 use super::packed::{Lane, Packed};
@@ -77,7 +78,7 @@ struct BackRow<'a, T> {
 struct BackStep<'r, 'a, T> {
     rows: &'r mut [BackRow<'a, T>],
     /// The rows laid out for the microkernel (reused from step to step).
-    lhs: &'r mut Vec<T>,
+    lhs: &'r mut Aligned<T>,
     packed: &'r Packed<T>,
 }
 
@@ -245,24 +246,28 @@ impl<T: Lane> Direction<'_, T> {
         let proj = self.w.w_hr;
         let zeros_p = vec![T::ZERO; p];
 
+        // The carried gradients and the step's buffers start on cache lines (Note [Aligned
+        // buffers] in `super::aligned`).
         let mut dh = self.dh_n.map_or_else(
-            || vec![T::ZERO; nb * p],
-            |d| d[b0 * p..(b0 + nb) * p].to_vec(),
+            || Aligned::filled(nb * p, T::ZERO),
+            |d| Aligned::from_slice(&d[b0 * p..(b0 + nb) * p]),
         );
         let mut dc = lstm.then(|| {
             self.dc_n.map_or_else(
-                || vec![T::ZERO; nb * h],
-                |d| d[b0 * h..(b0 + nb) * h].to_vec(),
+                || Aligned::filled(nb * h, T::ZERO),
+                |d| Aligned::from_slice(&d[b0 * h..(b0 + nb) * h]),
             )
         });
-        let mut dht = vec![T::ZERO; nb * p];
-        let mut dm = vec![T::ZERO; if proj.is_some() { nb * h } else { 0 }];
-        let mut m = vec![T::ZERO; dm.len()];
-        let mut direct = vec![T::ZERO; if mode == RnnMode::Gru { nb * p } else { 0 }];
+        let mut dht = Aligned::filled(nb * p, T::ZERO);
+        let mut dm = Aligned::filled(if proj.is_some() { nb * h } else { 0 }, T::ZERO);
+        let mut m = Aligned::filled(dm.len(), T::ZERO);
+        let mut direct = Aligned::filled(if mode == RnnMode::Gru { nb * p } else { 0 }, T::ZERO);
         let mut dw_hr = vec![T::ZERO; if proj.is_some() { p * h } else { 0 }];
         let step_threads = step_threads(threads, nb, p, rec);
         // Per thread of a step: its rows laid out for the microkernel.
-        let mut lhs: Vec<Vec<T>> = (0..step_threads.max(1)).map(|_| Vec::new()).collect();
+        let mut lhs: Vec<Aligned<T>> = (0..step_threads.max(1))
+            .map(|_| Aligned::default())
+            .collect();
         // Columns of a gate row that hold gradients after the pass (GRU: 4H, Note [Native
         // reserve]); padded rows get zeros there.
         let grad_cols = if mode == RnnMode::Gru { 4 * h } else { rec };
@@ -396,7 +401,7 @@ impl<T: Lane> Direction<'_, T> {
                 })
                 .collect();
             let chunk = nb.div_ceil(step_threads).max(1);
-            let run = |(rows, lhs): (&mut [BackRow<'_, T>], &mut Vec<T>)| {
+            let run = |(rows, lhs): (&mut [BackRow<'_, T>], &mut Aligned<T>)| {
                 dispatch(plan.level, BackStep { rows, lhs, packed })
             };
             if step_threads > 1 {
@@ -407,7 +412,7 @@ impl<T: Lane> Direction<'_, T> {
                 run((&mut rows, &mut lhs[0]));
             }
         }
-        (dh, dc, dw_hr)
+        (dh.to_vec(), dc.map(|c| c.to_vec()), dw_hr)
     }
 
     /// Weight and bias gradients of this pseudo-layer from the gate gradients `gates`.

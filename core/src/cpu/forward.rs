@@ -32,6 +32,7 @@
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
+use super::aligned::Aligned;
 use super::cell;
 use super::float::Float;
 use super::gemm::{gemm, Mat, MatMut};
@@ -126,18 +127,19 @@ struct Direction<'a, T> {
 /// What a scan of some rows of the batch carries from step to step, and its per-step
 /// scratch.
 struct Scan<'a, T> {
-    /// The state entering the step, `[nb, P]`, and the one leaving it.
-    state: Vec<T>,
-    next: Vec<T>,
+    /// The state entering the step, `[nb, P]`, and the one leaving it. These and the
+    /// buffers below start on a cache line (Note [Aligned buffers] in `super::aligned`).
+    state: Aligned<T>,
+    next: Aligned<T>,
     /// The cell state `[nb, H]` (LSTM), updated in place.
-    cell: Option<Vec<T>>,
+    cell: Option<Aligned<T>>,
     /// Projection: `o ∘ tanh(c')` `[nb, H]` and its projection `[nb, P]`.
-    m: Vec<T>,
-    projected: Vec<T>,
+    m: Aligned<T>,
+    projected: Aligned<T>,
     /// The part's output rows, step-major: `out[t·nb + j]` is row `b0 + j` at step `t`.
     out: Vec<&'a mut [T]>,
     /// The step's rows laid out for the microkernel (`Packed::lay_out_rows`).
-    lhs: Vec<T>,
+    lhs: Aligned<T>,
     /// The allocation of the step's rows, kept from step to step (`recycled`).
     spare: Vec<StepRow<'a, T>>,
 }
@@ -166,24 +168,24 @@ struct Shared<'a, T> {
 }
 
 /// The projected input rows of a block of steps (Note [Input projection]), reused from
-/// block to block.
+/// block to block; on cache lines (Note [Aligned buffers] in `super::aligned`).
 struct Projected<T> {
     /// `[steps·nb, G·H]`: row `(t - first)·nb + j`.
-    rows: Vec<T>,
+    rows: Aligned<T>,
     /// The block's first (smallest) step.
     first: usize,
     gh: usize,
     /// The block's input rows gathered in the order of `rows`, where they are not already.
-    gathered: Vec<T>,
+    gathered: Aligned<T>,
 }
 
 impl<T> Default for Projected<T> {
     fn default() -> Self {
         Self {
-            rows: Vec::new(),
+            rows: Aligned::default(),
             first: 0,
             gh: 0,
-            gathered: Vec::new(),
+            gathered: Aligned::default(),
         }
     }
 }
@@ -302,20 +304,20 @@ impl<T: Lane> Direction<'_, T> {
         let proj = self.w.w_hr.is_some();
         let mut scan = Scan {
             state: self.h0.map_or_else(
-                || vec![T::ZERO; nb * p],
-                |h0| h0[b0 * p..(b0 + nb) * p].to_vec(),
+                || Aligned::filled(nb * p, T::ZERO),
+                |h0| Aligned::from_slice(&h0[b0 * p..(b0 + nb) * p]),
             ),
-            next: vec![T::ZERO; nb * p],
+            next: Aligned::filled(nb * p, T::ZERO),
             cell: (plan.spec.mode == RnnMode::Lstm).then(|| {
                 self.c0.map_or_else(
-                    || vec![T::ZERO; nb * h],
-                    |c0| c0[b0 * h..(b0 + nb) * h].to_vec(),
+                    || Aligned::filled(nb * h, T::ZERO),
+                    |c0| Aligned::from_slice(&c0[b0 * h..(b0 + nb) * h]),
                 )
             }),
-            m: vec![T::ZERO; if proj { nb * h } else { 0 }],
-            projected: vec![T::ZERO; if proj { nb * p } else { 0 }],
+            m: Aligned::filled(if proj { nb * h } else { 0 }, T::ZERO),
+            projected: Aligned::filled(if proj { nb * p } else { 0 }, T::ZERO),
             out,
-            lhs: Vec::new(),
+            lhs: Aligned::default(),
             spare: Vec::new(),
         };
         let steps: Vec<usize> = plan.scan(self.d).collect();
@@ -392,7 +394,7 @@ impl<T: Lane> Direction<'_, T> {
                 steps_of(block, shared, shared.ahead.then_some(&projected));
             }
         }
-        (scan.state, scan.cell)
+        (scan.state.to_vec(), scan.cell.map(|c| c.to_vec()))
     }
 
     /// Projects the input rows `b0..b0 + nb` of the steps `block` (consecutive, in either
@@ -414,24 +416,23 @@ impl<T: Lane> Direction<'_, T> {
         let rows = steps * nb;
         projected.first = first;
         projected.gh = gh;
-        projected.rows.clear();
-        projected.rows.reserve(rows * gh);
-        for _ in 0..rows {
-            projected.rows.extend_from_slice(shared.bias);
+        projected.rows.resize(rows * gh, T::ZERO);
+        for row in projected.rows.chunks_exact_mut(gh) {
+            row.copy_from_slice(shared.bias);
         }
         // The block's input rows as one matrix `[(t - first)·nb + j, in]`: in place when
         // they are consecutive (time-major, the whole batch), else gathered.
         let lhs: &[T] = if !plan.desc.batch_first && nb == plan.b {
             &self.input[first * nb * in_size..(first + steps) * nb * in_size]
         } else {
-            projected.gathered.clear();
-            projected.gathered.reserve(rows * in_size);
+            projected.gathered.resize(rows * in_size, T::ZERO);
+            let mut gathered = projected.gathered.chunks_exact_mut(in_size.max(1));
             for t in first..first + steps {
                 for b in b0..b0 + nb {
                     let row = plan.row(t, b);
-                    projected
-                        .gathered
-                        .extend_from_slice(&self.input[row * in_size..(row + 1) * in_size]);
+                    if let Some(to) = gathered.next() {
+                        to.copy_from_slice(&self.input[row * in_size..(row + 1) * in_size]);
+                    }
                 }
             }
             &projected.gathered
@@ -526,7 +527,7 @@ impl<T: Lane> Direction<'_, T> {
 struct FusedStep<'r, 'a, T, const TRAIN: bool> {
     rows: &'r mut [StepRow<'a, T>],
     /// The rows laid out for the microkernel (reused from step to step).
-    lhs: &'r mut Vec<T>,
+    lhs: &'r mut Aligned<T>,
     packed: &'r Packed<T>,
     mode: RnnMode,
     h: usize,

@@ -26,6 +26,9 @@
 //!   vector types or as plain slices, and runs at AVX-512, AVX2 or a portable level, picked
 //!   once per call (forced in the tests, so that every level runs on every machine), with
 //!   branch-free activations (Note \[Activations\] in `float`).
+//! - **Buffers on cache lines** (Note [Aligned buffers] in `aligned`): the packed weights
+//!   and every buffer a scan carries from step to step start on a 64-byte line, so that no
+//!   vector access straddles two lines and the speed does not depend on heap addresses.
 //! - **A compact reserve** (Note [Native reserve] in `plan`): the activated gates (and the
 //!   LSTM cell state) of every step, about what cuDNN keeps; the backward writes the
 //!   gradients over it in place.
@@ -52,6 +55,7 @@
 //! its tensors' elements (or converts them), calls them, and adopts the returned `Vec`s as
 //! tensors.
 
+mod aligned;
 mod backward;
 mod cell;
 mod float;

@@ -34,6 +34,7 @@
 
 use pulp::Simd;
 
+use super::aligned::Aligned;
 use super::float::Float;
 use super::projection::CacheSizes;
 use super::recycle::{Kept, Scratch};
@@ -493,7 +494,7 @@ impl<T: Lane> Packed<T> {
         &self,
         rows: usize,
         row: impl Fn(usize) -> (&'r [T], &'r [T]),
-        lhs: &mut Vec<T>,
+        lhs: &mut Aligned<T>,
     ) where
         T: 'r,
     {
@@ -904,7 +905,7 @@ mod tests {
             fn with_simd<S: Simd>(self, simd: S) {
                 let p = self.packed;
                 let width = SLOTS * p.lanes;
-                let mut lhs = Vec::new();
+                let mut lhs = Aligned::default();
                 let rows = self.b.len();
                 p.lay_out_rows::<S>(
                     rows,

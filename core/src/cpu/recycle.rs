@@ -51,6 +51,7 @@
 
 use std::sync::Mutex;
 
+use super::aligned::{line_start, LINE};
 use super::packed::Lane;
 
 /// Buffers kept per element type, at most.
@@ -96,8 +97,13 @@ impl Kept for f64 {
 /// A buffer of the kernel's own, taken from the scratch list and handed back to it when
 /// dropped (Note [Scratch reuse]). Its elements are stale (NaN with debug assertions):
 /// its user writes every one before reading it.
+///
+/// Its first element starts a cache line (Note [Aligned buffers] in `super::aligned`): the
+/// vector holds a line more than `len`, and the buffer starts at `start`.
 pub(crate) struct Scratch<T> {
     data: Vec<T>,
+    start: usize,
+    len: usize,
     /// Where the buffer goes when dropped.
     home: fn(Vec<T>),
 }
@@ -105,8 +111,11 @@ pub(crate) struct Scratch<T> {
 impl<T: Lane + Kept> Scratch<T> {
     /// `len` elements: a kept buffer (stale) or a fresh zeroed one.
     pub(crate) fn new(len: usize) -> Self {
+        let data = take_from(T::scratch(), len + LINE / core::mem::size_of::<T>());
         Self {
-            data: take_from(T::scratch(), len),
+            start: line_start(&data),
+            data,
+            len,
             home: |v| recycle_into(T::scratch(), v, SCRATCH_ENTRIES),
         }
     }
@@ -116,16 +125,26 @@ impl<T> Default for Scratch<T> {
     fn default() -> Self {
         Self {
             data: Vec::new(),
+            start: 0,
+            len: 0,
             home: drop,
         }
     }
 }
 
 impl<T: Clone> Clone for Scratch<T> {
-    /// An owned copy, not kept when dropped (only the prepared-weights cache clones).
+    /// An owned copy, not kept when dropped (only the prepared-weights cache clones), moved
+    /// to a line of its own allocation.
     fn clone(&self) -> Self {
+        let mut data = self.data.clone();
+        let start = line_start(&data);
+        if start != self.start {
+            data[start..start + self.len].clone_from_slice(self);
+        }
         Self {
-            data: self.data.clone(),
+            data,
+            start,
+            len: self.len,
             home: drop,
         }
     }
@@ -133,22 +152,20 @@ impl<T: Clone> Clone for Scratch<T> {
 
 impl<T: std::fmt::Debug> std::fmt::Debug for Scratch<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scratch")
-            .field("len", &self.data.len())
-            .finish()
+        f.debug_struct("Scratch").field("len", &self.len).finish()
     }
 }
 
 impl<T> std::ops::Deref for Scratch<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        &self.data
+        &self.data[self.start..self.start + self.len]
     }
 }
 
 impl<T> std::ops::DerefMut for Scratch<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        &mut self.data
+        &mut self.data[self.start..self.start + self.len]
     }
 }
 
@@ -231,6 +248,29 @@ pub fn kept() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scratch_starts_on_a_cache_line_fresh_reused_and_cloned() {
+        // Note [Aligned buffers]: fresh, taken from the list (the process-wide one: other
+        // tests may take or add buffers meanwhile, which changes nothing here), and cloned.
+        for len in [1, 15, 16, 1000, MIN_LEN + 3] {
+            let mut a = Scratch::<f32>::new(len);
+            assert_eq!(a.len(), len);
+            assert_eq!(a.as_ptr() as usize % LINE, 0, "fresh, len {len}");
+            for (i, v) in a.iter_mut().enumerate() {
+                *v = i as f32;
+            }
+            let b = a.clone();
+            assert_eq!(b.as_ptr() as usize % LINE, 0, "cloned, len {len}");
+            assert_eq!(&b[..], &a[..]);
+            drop(a);
+            let c = Scratch::<f64>::new(len);
+            assert_eq!(c.as_ptr() as usize % LINE, 0, "f64, len {len}");
+            let d = Scratch::<f32>::new(len);
+            assert_eq!(d.as_ptr() as usize % LINE, 0, "reused, len {len}");
+            assert_eq!(d.len(), len);
+        }
+    }
 
     #[test]
     fn reuses_a_buffer_of_fitting_size_and_keeps_at_most_entries() {
