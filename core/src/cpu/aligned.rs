@@ -25,14 +25,15 @@ use super::packed::Lane;
 /// Bytes of a cache line.
 pub(crate) const LINE: usize = 64;
 
-/// Elements of one line, the most a buffer is shifted by.
-const fn pad<T>() -> usize {
+/// Elements of one line, the most a buffer is shifted by: an allocation this much longer
+/// than the buffer holds it from its first element on a line.
+pub(crate) const fn pad<T>() -> usize {
     LINE / core::mem::size_of::<T>()
 }
 
 /// The first index of `data` that lies on a line boundary (0 if there is none within a
 /// line, which leaves the buffer correct but unaligned).
-pub(crate) fn line_start<T>(data: &[T]) -> usize {
+fn line_start<T>(data: &[T]) -> usize {
     let start = data.as_ptr().align_offset(LINE);
     if start < pad::<T>() {
         start
@@ -58,12 +59,49 @@ impl<T> Default for Aligned<T> {
     }
 }
 
+impl<T> Aligned<T> {
+    /// The first `len` elements of `data` from its first element on a line; `data` holds at
+    /// least [`pad`] more than `len`.
+    pub(crate) fn within(data: Vec<T>, len: usize) -> Self {
+        assert!(
+            len + pad::<T>() <= data.len(),
+            "expected at least {} elements, got {}",
+            len + pad::<T>(),
+            data.len()
+        );
+        Self {
+            start: line_start(&data),
+            data,
+            len,
+        }
+    }
+
+    /// The whole allocation, to hand back for reuse.
+    pub(crate) fn into_vec(self) -> Vec<T> {
+        self.data
+    }
+}
+
+impl<T: Clone> Clone for Aligned<T> {
+    /// A copy on a line of its own allocation.
+    fn clone(&self) -> Self {
+        let mut data = self.data.clone();
+        let start = line_start(&data);
+        if start != self.start {
+            data[start..start + self.len].clone_from_slice(self);
+        }
+        Self {
+            data,
+            start,
+            len: self.len,
+        }
+    }
+}
+
 impl<T: Lane> Aligned<T> {
     /// `len` copies of `value`.
     pub(crate) fn filled(len: usize, value: T) -> Self {
-        let data = vec![value; len + pad::<T>()];
-        let start = line_start(&data);
-        Self { data, start, len }
+        Self::within(vec![value; len + pad::<T>()], len)
     }
 
     /// A copy of `values`.
@@ -130,6 +168,9 @@ mod tests {
         let c = Aligned::from_slice(&[1.0f64, 2.0, 3.0]);
         assert!(on_a_line(&c));
         assert_eq!(&c[..], &[1.0, 2.0, 3.0]);
+        let d = c.clone();
+        assert!(on_a_line(&d));
+        assert_eq!(&d[..], &[1.0, 2.0, 3.0]);
         assert_eq!(Aligned::<f32>::default().len(), 0);
     }
 }

@@ -51,7 +51,7 @@
 
 use std::sync::Mutex;
 
-use super::aligned::{line_start, LINE};
+use super::aligned::{pad, Aligned};
 use super::packed::Lane;
 
 /// Buffers kept per element type, at most.
@@ -98,12 +98,9 @@ impl Kept for f64 {
 /// dropped (Note [Scratch reuse]). Its elements are stale (NaN with debug assertions):
 /// its user writes every one before reading it.
 ///
-/// Its first element starts a cache line (Note [Aligned buffers] in `super::aligned`): the
-/// vector holds a line more than `len`, and the buffer starts at `start`.
+/// Its first element starts a cache line (Note [Aligned buffers] in `super::aligned`).
 pub(crate) struct Scratch<T> {
-    data: Vec<T>,
-    start: usize,
-    len: usize,
+    data: Aligned<T>,
     /// Where the buffer goes when dropped.
     home: fn(Vec<T>),
 }
@@ -111,11 +108,8 @@ pub(crate) struct Scratch<T> {
 impl<T: Lane + Kept> Scratch<T> {
     /// `len` elements: a kept buffer (stale) or a fresh zeroed one.
     pub(crate) fn new(len: usize) -> Self {
-        let data = take_from(T::scratch(), len + LINE / core::mem::size_of::<T>());
         Self {
-            start: line_start(&data),
-            data,
-            len,
+            data: Aligned::within(take_from(T::scratch(), len + pad::<T>()), len),
             home: |v| recycle_into(T::scratch(), v, SCRATCH_ENTRIES),
         }
     }
@@ -124,27 +118,17 @@ impl<T: Lane + Kept> Scratch<T> {
 impl<T> Default for Scratch<T> {
     fn default() -> Self {
         Self {
-            data: Vec::new(),
-            start: 0,
-            len: 0,
+            data: Aligned::default(),
             home: drop,
         }
     }
 }
 
 impl<T: Clone> Clone for Scratch<T> {
-    /// An owned copy, not kept when dropped (only the prepared-weights cache clones), moved
-    /// to a line of its own allocation.
+    /// An owned copy, not kept when dropped (only the prepared-weights cache clones).
     fn clone(&self) -> Self {
-        let mut data = self.data.clone();
-        let start = line_start(&data);
-        if start != self.start {
-            data[start..start + self.len].clone_from_slice(self);
-        }
         Self {
-            data,
-            start,
-            len: self.len,
+            data: self.data.clone(),
             home: drop,
         }
     }
@@ -152,26 +136,28 @@ impl<T: Clone> Clone for Scratch<T> {
 
 impl<T: std::fmt::Debug> std::fmt::Debug for Scratch<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scratch").field("len", &self.len).finish()
+        f.debug_struct("Scratch")
+            .field("len", &self.data.len())
+            .finish()
     }
 }
 
 impl<T> std::ops::Deref for Scratch<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        &self.data[self.start..self.start + self.len]
+        &self.data
     }
 }
 
 impl<T> std::ops::DerefMut for Scratch<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        &mut self.data[self.start..self.start + self.len]
+        &mut self.data
     }
 }
 
 impl<T> Drop for Scratch<T> {
     fn drop(&mut self) {
-        (self.home)(std::mem::take(&mut self.data));
+        (self.home)(std::mem::take(&mut self.data).into_vec());
     }
 }
 
@@ -247,6 +233,7 @@ pub fn kept() -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::super::aligned::LINE;
     use super::*;
 
     #[test]
