@@ -14,7 +14,9 @@
 //!
 //! - the packed weights and the layers' outputs (`super::recycle::Scratch`);
 //! - a scan's carried state, cell state and laid-out rows, and the projected input rows
-//!   (`super::forward`), and the backward's laid-out rows.
+//!   (`super::forward`);
+//! - the backward's carried gradients (`dh`, `dc`), its step buffers and its laid-out rows
+//!   (`super::backward`).
 //!
 //! The caller's tensors (inputs, outputs, weights read in place) keep whatever alignment
 //! the backend gave them. The buffer over-allocates one line and starts at the first
