@@ -92,6 +92,27 @@ fn split_directions<T>(out: &mut [T], nd: usize, p: usize) -> Vec<OutRows<'_, T>
     parts
 }
 
+/// How each direction of a layer with `in_size` inputs runs its scan: the rows of each part
+/// of the batch whose whole scan runs on one thread (Note [Fused step]), and whether the
+/// input is projected ahead (Note [Input projection]). `skip`: the layer has no `W_ih`
+/// (skip input). The packed weights kept across calls follow the same choice (Note [Packed
+/// weights across calls] in `super::prepared`).
+pub(crate) fn scan_shape(plan: &Plan<'_>, in_size: usize, skip: bool) -> (usize, InputProjection) {
+    let (batch, gh) = (plan.b, plan.gh());
+    let parts = scan_threads(
+        direction_threads(plan),
+        batch,
+        plan.t * gh * (plan.p + in_size),
+    );
+    let chunk = batch.div_ceil(parts).max(1);
+    let projection = projection::choose(
+        plan.projection,
+        skip,
+        [plan.t, chunk, tile_rows(plan.level)],
+    );
+    (chunk, projection)
+}
+
 /// One sequence at one step: what the fused step reads and writes.
 struct StepRow<'a, T> {
     valid: bool,
@@ -208,19 +229,22 @@ impl<T: Lane> Direction<'_, T> {
         out: OutRows<'_, T>,
     ) -> (Vec<T>, Option<Vec<T>>) {
         let plan = self.plan;
-        let (batch, h, p, gh) = (plan.b, plan.h, plan.p, plan.gh());
+        let (batch, h, p) = (plan.b, plan.h, plan.p);
         let (bias, b_hn) = biases(plan, &self.w);
-        let parts = scan_threads(self.threads, batch, plan.t * gh * (p + self.in_size));
-        let chunk = batch.div_ceil(parts).max(1);
-        let projection = projection::choose(
-            plan.projection,
-            self.packed.is_some() || self.w.w_ih.is_none(),
-            [plan.t, chunk, tile_rows(plan.level)],
-        );
+        let skip = self.w.w_ih.is_none();
+        let (chunk, projection) = scan_shape(plan, self.in_size, skip);
         let ahead = projection == InputProjection::Ahead;
         let owned;
         let packed = match self.packed {
-            Some(packed) => packed,
+            Some(packed) => {
+                // The cache packs for the same choice (its key holds it).
+                assert_eq!(
+                    packed.ka == 0,
+                    ahead || skip,
+                    "packed weights: expected W_ih packed exactly when the input is not projected ahead"
+                );
+                packed
+            }
             None => {
                 let w_ih = match ahead {
                     true => None,
@@ -236,7 +260,7 @@ impl<T: Lane> Direction<'_, T> {
             true => gates.chunks_mut(plan.gate_width()).map(Some).collect(),
             false => Vec::new(),
         };
-        let mut jobs = Vec::with_capacity(parts);
+        let mut jobs = Vec::with_capacity(batch.div_ceil(chunk));
         for b0 in (0..batch).step_by(chunk) {
             let nb = chunk.min(batch - b0);
             let mut part = Part {

@@ -284,4 +284,69 @@ mod tests {
             }
         }
     }
+
+    /// An inference call whose packed weights come from the cache across calls runs the
+    /// same scan as one that packs for itself (the same sums, so the same bits): with a
+    /// batch of one the first layer and the later ones project their input ahead and the
+    /// cache packs `W_hh` alone; with a large batch, or `Fused` forced, it packs `[W_ih |
+    /// W_hh]`. Before 2026-11-27 a cached call always ran `Fused`.
+    #[test]
+    fn cached_packed_weights_follow_the_calls_input_projection() {
+        use super::projection::{with_input_projection, InputProjection};
+        use std::sync::Arc;
+        for (batch, forced, ahead) in [
+            (1, None, true),
+            (64, None, false),
+            (1, Some(InputProjection::Fused), false),
+            (64, Some(InputProjection::Ahead), true),
+        ] {
+            let spec = RnnSpec {
+                num_layers: 2,
+                bidirectional: true,
+                ..RnnSpec::new(RnnMode::Lstm, 3, 5)
+            };
+            let desc = RnnDescriptor::new(spec, 6, batch, true, None, DropoutSpec::NONE);
+            let x = values(desc.input_shape().iter().product(), 1);
+            let w: Arc<Vec<f64>> = Arc::new(values(desc.params_size(), 4));
+            let inputs = super::HostInputs {
+                x: &x,
+                h0: None,
+                c0: None,
+                w: &w,
+            };
+            let run = |owner: Option<&Arc<Vec<f64>>>| {
+                let (out, _) = super::forward(&desc, &inputs, owner, false, false);
+                [out.y, out.h_n, out.c_n.expect("LSTM")]
+            };
+            let (alone, cached, again, packed) = match forced {
+                Some(p) => with_input_projection(p, || {
+                    let plan = Plan::new(&desc);
+                    let packed = super::prepared::packed_for_call(&plan, &w, &w);
+                    (run(None), run(Some(&w)), run(Some(&w)), packed)
+                }),
+                None => {
+                    let plan = Plan::new(&desc);
+                    let packed = super::prepared::packed_for_call(&plan, &w, &w);
+                    (run(None), run(Some(&w)), run(Some(&w)), packed)
+                }
+            };
+            let case = format!("batch {batch}, forced {forced:?}");
+            assert_eq!(packed.len(), 4, "{case}: one per pseudo-layer");
+            for (i, p) in packed.iter().enumerate() {
+                let expected = if ahead {
+                    0
+                } else if i < 2 {
+                    3
+                } else {
+                    10
+                };
+                assert_eq!(
+                    p.ka, expected,
+                    "{case}: pseudo-layer {i}'s packed W_ih columns"
+                );
+            }
+            assert_eq!(cached, alone, "{case}: cached and uncached calls");
+            assert_eq!(again, alone, "{case}: a cache hit");
+        }
+    }
 }

@@ -10,9 +10,13 @@
 //! between inference calls, so one-step calls and inference calls keep their packed weights
 //! in a small process-wide cache and reuse them while the same weights come back:
 //!
+//! - **What**: each pseudo-layer's weights packed for the scan the call will run: `[W_ih |
+//!   W_hh]`, or `W_hh` alone when the call projects that layer's input ahead (a batch of
+//!   one or two rows per thread: Note [Input projection] in `super::projection`). The call
+//!   and the cache make that choice with the same function (`forward::scan_shape`).
 //! - **Key**: the address and length of the weights' elements (borrowed from the backend's
-//!   tensor, never a copy), the element type, the SIMD level, the network and a forced
-//!   reduction chunk.
+//!   tensor, never a copy), the element type, the SIMD level, the network, a forced
+//!   reduction chunk, and the choice above (first layer, later layers).
 //! - **Why an address is a safe key**: the entry keeps a clone of the weights tensor. Both
 //!   host backends share a tensor's buffer between clones (reference counted) and write a
 //!   buffer in place only when no other clone holds it, so while the entry lives its buffer
@@ -37,8 +41,10 @@
 use std::any::{Any, TypeId};
 use std::sync::{Arc, Mutex};
 
+use super::forward::scan_shape;
 use super::packed::{Lane, Packed};
 use super::plan::Plan;
+use super::projection::InputProjection;
 use super::simd::SimdLevel;
 use crate::spec::RnnSpec;
 
@@ -58,6 +64,9 @@ struct Key {
     spec: RnnSpec,
     /// A forced reduction chunk (Note [Reduction chunks] in `super::packed`).
     k_chunk: Option<usize>,
+    /// Whether the first layer, and the later ones, project their input ahead (`W_hh`
+    /// packed alone; the later layers share one input size, hence one choice).
+    ahead: [bool; 2],
 }
 
 struct Entry {
@@ -73,22 +82,27 @@ struct Entry {
 /// Most recently used last.
 static CACHE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
-/// Every pseudo-layer's `[W_ih | W_hh]` packed at the plan's level.
+/// Whether the call `plan` projects the input of `layer` ahead (Note [Input projection] in
+/// `super::projection`), which packs `W_hh` alone.
+fn ahead<T>(plan: &Plan<'_>, w: &[T], layer: usize) -> bool {
+    let skip = plan.weights(w, layer, 0).w_ih.is_none();
+    let in_size = plan.spec.layer_input_size(layer);
+    scan_shape(plan, in_size, skip).1 == InputProjection::Ahead
+}
+
+/// Every pseudo-layer's weights packed at the plan's level for what its scan reads:
+/// `[W_ih | W_hh]`, or `W_hh` alone when the call projects that layer's input ahead.
 pub(crate) fn pack_all<T: Lane>(plan: &Plan<'_>, w: &[T]) -> Vec<Packed<T>> {
     let spec = &plan.spec;
     (0..spec.num_pseudo_layers())
         .map(|idx| {
             let (layer, d) = (idx / plan.nd, idx % plan.nd);
             let cw = plan.weights(w, layer, d);
-            Packed::gates(
-                plan.level,
-                cw.w_ih.map(|m| (m, spec.layer_input_size(layer))),
-                cw.w_hh,
-                plan.g,
-                plan.h,
-                plan.p,
-            )
-            .blocked(plan.k_chunk)
+            let w_ih = match ahead(plan, w, layer) {
+                true => None,
+                false => cw.w_ih.map(|m| (m, spec.layer_input_size(layer))),
+            };
+            Packed::gates(plan.level, w_ih, cw.w_hh, plan.g, plan.h, plan.p).blocked(plan.k_chunk)
         })
         .collect()
 }
@@ -107,6 +121,10 @@ pub(crate) fn packed_for_call<T: Lane, W: Clone + Send + Sync + 'static>(
         level: plan.level,
         spec: plan.spec,
         k_chunk: plan.k_chunk,
+        ahead: [
+            ahead(plan, w, 0),
+            plan.spec.num_layers > 1 && ahead(plan, w, 1),
+        ],
     };
     let hit = |cache: &mut Vec<Entry>| -> Option<Arc<Vec<Packed<T>>>> {
         let pos = cache.iter().position(|e| e.key == key)?;
@@ -227,6 +245,7 @@ mod tests {
                 level: SimdLevel::Portable,
                 spec: RnnSpec::new(RnnMode::Gru, 1, 1),
                 k_chunk: None,
+                ahead: [false; 2],
             },
             _weights: Box::new(()),
             packed: Arc::new(()),

@@ -37,8 +37,13 @@
 //! that chose by whether the packed `[W_ih | W_hh]` fits in the L2 was slower at B32
 //! (1.2–1.5×) and was dropped. The block of steps projected at once is sized from the L2
 //! the CPU reports (`block_steps`, read by the `gemm` crate's detection,
-//! `gemm_common::cache::CACHE_INFO`). A one-step call (decoding) and a prepared network
-//! always run `Fused` (no block of steps to project), and so does skip input (no `W_ih`).
+//! `gemm_common::cache::CACHE_INFO`). A one-step call (decoding) always runs `Fused` (no
+//! block of steps to project), and so does skip input (no `W_ih`). An inference call whose
+//! packed weights come from the cache across calls makes the same choice: the cache packs
+//! `W_hh` alone for a layer projected ahead (Note [Packed weights across calls] in
+//! `super::prepared`). Until 2026-11-27 it always packed `[W_ih | W_hh]`, which forced
+//! every inference call through a front-end onto `Fused`: the LSTM H32 B1 T10000 forward
+//! through Flex took 2.77 ms against 2.33 for the kernel alone.
 //!
 //! # Note [Projection beside the scan]
 //!
