@@ -318,17 +318,14 @@ mod tests {
                 let (out, _) = super::forward(&desc, &inputs, owner, false, false);
                 [out.y, out.h_n, out.c_n.expect("LSTM")]
             };
+            let calls = || {
+                let plan = Plan::new(&desc);
+                let packed = super::prepared::packed_for_call(&plan, &w, &w);
+                (run(None), run(Some(&w)), run(Some(&w)), packed)
+            };
             let (alone, cached, again, packed) = match forced {
-                Some(p) => with_input_projection(p, || {
-                    let plan = Plan::new(&desc);
-                    let packed = super::prepared::packed_for_call(&plan, &w, &w);
-                    (run(None), run(Some(&w)), run(Some(&w)), packed)
-                }),
-                None => {
-                    let plan = Plan::new(&desc);
-                    let packed = super::prepared::packed_for_call(&plan, &w, &w);
-                    (run(None), run(Some(&w)), run(Some(&w)), packed)
-                }
+                Some(p) => with_input_projection(p, calls),
+                None => calls(),
             };
             let case = format!("batch {batch}, forced {forced:?}");
             assert_eq!(packed.len(), 4, "{case}: one per pseudo-layer");
