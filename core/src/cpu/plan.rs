@@ -36,7 +36,7 @@
 use core::ops::Range;
 
 use super::float::Float;
-use super::packed::Packed;
+use super::packed::{Lane, Packed};
 use super::projection::InputProjection;
 use super::simd::SimdLevel;
 use crate::descriptor::{RnnDescriptor, Sizes};
@@ -165,6 +165,23 @@ impl<'d> Plan<'d> {
             b_hh: get(ParamKind::BiasHh),
             w_hr: get(ParamKind::WeightHr),
         }
+    }
+
+    /// Packs `cw` for its scan at the plan's level: `[W_ih | W_hh]`, or `W_hh` alone when
+    /// the scan projects its input ahead (`ahead`, from `forward::scan_shape`) or has no
+    /// `W_ih` (skip input). The call that packs for itself and the cache across calls (Note
+    /// [Packed weights across calls] in `super::prepared`) both pack here.
+    pub(crate) fn pack_scan<T: Lane>(
+        &self,
+        cw: &CellWeights<'_, T>,
+        in_size: usize,
+        ahead: bool,
+    ) -> Packed<T> {
+        let w_ih = match ahead {
+            true => None,
+            false => cw.w_ih.map(|m| (m, in_size)),
+        };
+        Packed::gates(self.level, w_ih, cw.w_hh, self.g, self.h, self.p).blocked(self.k_chunk)
     }
 
     /// The range of pseudo-layer (`layer`, `d`)'s tensors in the flat params (they are

@@ -98,11 +98,7 @@ pub(crate) fn pack_all<T: Lane>(plan: &Plan<'_>, w: &[T]) -> Vec<Packed<T>> {
         .map(|idx| {
             let (layer, d) = (idx / plan.nd, idx % plan.nd);
             let cw = plan.weights(w, layer, d);
-            let w_ih = match ahead(plan, w, layer) {
-                true => None,
-                false => cw.w_ih.map(|m| (m, spec.layer_input_size(layer))),
-            };
-            Packed::gates(plan.level, w_ih, cw.w_hh, plan.g, plan.h, plan.p).blocked(plan.k_chunk)
+            plan.pack_scan(&cw, spec.layer_input_size(layer), ahead(plan, w, layer))
         })
         .collect()
 }
