@@ -13,9 +13,9 @@
 //! ```
 //!
 //! A configuration is `mode,H,B,T,pass[,layers[,bi]]`: mode `lstm`, `gru`, `tanh` or
-//! `relu`; I = H; pass `fwd` (inference), `fwdtrain` (a training forward, which keeps the
-//! reserve) or `train` (forward + backward). `BF=0` makes the input time-major (default
-//! batch-first).
+//! `relu`; I = H unless `IN=<n>` sets it for every configuration; pass `fwd` (inference),
+//! `fwdtrain` (a training forward, which keeps the reserve) or `train` (forward +
+//! backward). `BF=0` makes the input time-major (default batch-first).
 
 use std::time::Instant;
 
@@ -26,6 +26,14 @@ use burn_fused_rnn_core::{DropoutSpec, RnnDescriptor, RnnMode, RnnSpec};
 fn values(n: usize, seed: u64, scale: f64) -> Vec<f32> {
     let mut rng = SplitMix64::new(seed);
     (0..n).map(|_| rng.next_symmetric(scale) as f32).collect()
+}
+
+/// `IN`, else `h`.
+fn input_size(h: usize) -> usize {
+    std::env::var("IN").map_or(h, |v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("IN: expected an input size, got {v}"))
+    })
 }
 
 fn parse(spec: &str) -> (RnnDescriptor, String) {
@@ -50,7 +58,7 @@ fn parse(spec: &str) -> (RnnDescriptor, String) {
     let spec_ = RnnSpec {
         num_layers: layers,
         bidirectional: f.get(6) == Some(&"bi"),
-        ..RnnSpec::new(mode, h, h)
+        ..RnnSpec::new(mode, input_size(h), h)
     };
     let batch_first = std::env::var("BF").map_or(true, |v| v != "0");
     let desc = RnnDescriptor::new(spec_, seq, batch, batch_first, None, DropoutSpec::NONE);

@@ -508,14 +508,21 @@ impl<T: Lane> Packed<T> {
         while first < rows {
             let mr = rows_max.min(rows - first);
             let block = &mut lhs[first * k..(first + mr) * k];
-            for r in 0..mr {
-                let (a, b) = row(first + r);
-                for (kk, &v) in a[..ka].iter().enumerate() {
-                    block[kk * mr + r] = v;
-                }
-                for (kk, &v) in b[..kb].iter().enumerate() {
-                    block[(ka + kk) * mr + r] = v;
-                }
+            let (block_a, block_b) = block.split_at_mut(ka * mr);
+            macro_rules! block {
+                ($mr:literal) => {{
+                    let segments: [(&[T], &[T]); $mr] = core::array::from_fn(|r| row(first + r));
+                    interleave::<T, $mr>(block_a, segments.map(|s| s.0), ka);
+                    interleave::<T, $mr>(block_b, segments.map(|s| s.1), kb);
+                }};
+            }
+            match mr {
+                1 => block!(1),
+                2 => block!(2),
+                3 => block!(3),
+                4 => block!(4),
+                5 => block!(5),
+                _ => block!(6),
             }
             first += mr;
         }
@@ -619,9 +626,14 @@ impl<T: Lane> Packed<T> {
     /// class, AVX-512) the chunks made the LSTM H256 B32 forward 0.94× and the LSTM H512 B64
     /// forward 0.81× the time of one chunk; on an AMD EPYC (Zen 4), whose AVX-512
     /// multiply-adds are double-pumped (one per cycle), the LSTM rows were unchanged and the
-    /// GRU forward 1.06×. So AVX-512 on a double-pumped core (AMD family 19h, read from
-    /// CPUID: `projection::double_pumped_avx512`) runs one chunk, and every other level and
-    /// CPU chunks (`projection::k_chunk`).
+    /// GRU forward 1.06×. On an AMD EPYC (Zen 5, family 1Ah), which retires two 512-bit
+    /// multiply-adds per cycle as Intel's cores do, one chunk measured slightly faster on
+    /// the forward rows and level in training (2 threads, kernel alone, medians of five
+    /// alternated rounds: LSTM H256 B32 forward 0.95× the time with chunks, H512 B64 0.97×,
+    /// GRU 0.96×, training 1.00–1.02×; docs/BENCHMARKS.md, "AVX2 tile, and one chunk on
+    /// Zen 5"). So AVX-512 on AMD's cores (family
+    /// 19h and later, read from CPUID: `projection::one_chunk_avx512`) runs one chunk, and
+    /// every other level and CPU chunks (`projection::k_chunk`).
     #[inline(always)]
     fn tiles_chunked<S: Simd>(
         &self,
@@ -696,6 +708,25 @@ impl<T: Lane> Packed<T> {
     }
 }
 
+/// Writes `MR` rows, each at least `k` long, into `block` `k`-major: `block[kk · MR + r]` =
+/// `rows[r][kk]` ([`Packed::lay_out_rows`]). One sequential stream of writes, and every
+/// index in bounds by the slicing before the loop; the earlier loop, row by row with a
+/// stride of `MR`, took 4% of an LSTM forward step.
+///
+/// # Panics
+///
+/// If a row is shorter than `k` or `block` than `k · MR`.
+#[inline(always)]
+fn interleave<T: Copy, const MR: usize>(block: &mut [T], rows: [&[T]; MR], k: usize) {
+    let rows: [&[T]; MR] = rows.map(|row| &row[..k]);
+    for (kk, to) in block[..k * MR].chunks_exact_mut(MR).enumerate() {
+        let to: &mut [T; MR] = to.try_into().expect("chunks of MR");
+        for r in 0..MR {
+            to[r] = rows[r][kk];
+        }
+    }
+}
+
 /// One chunk of the reduction of a block of `MR` rows (`lhs`, `[kc][MR]`) with a chunk of
 /// a panel (`[kc][V]` vectors) into the `MR × 4` accumulators kept in `acc`
 /// (`[MR][4][L]`): zero first when `init` (Note [Reduction chunks]); with `SPLIT`, the
@@ -756,6 +787,15 @@ fn tile<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
 /// One segment of [`tile`]: `lhs` `[k][MR]`, `panel` `[k][V]` vectors. A single row
 /// (decoding, long sequences at batch 1) accumulates even and odd `k` apart, so that its
 /// four chains of dependent multiply-adds become eight.
+///
+/// Each `k` holds `MR × 4` accumulators in registers. Row by row (a broadcast, then its
+/// multiply-adds with the `V` panel vectors, loaded once) needs `V + 1` more registers;
+/// panel vector by panel vector (the `MR` broadcasts first, then each vector loaded and
+/// used for every row) needs `MR + 1`. With 16 registers (AVX2, `MR = 3`, `V = 4`) the
+/// first is 17: the compiler kept three accumulators on the stack and moved registers
+/// around on every `k`, and the AVX2 LSTM forward took 1.8× as long as with the second
+/// order, which fits exactly (docs/BENCHMARKS.md, "AVX2 tile, and one chunk on Zen 5").
+/// So a tile whose first order does not fit runs the second.
 #[inline(always)]
 fn segment<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
     simd: S,
@@ -784,13 +824,29 @@ fn segment<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>
     } else {
         (lhs, panel)
     };
-    for (x, w) in lhs.chunks_exact(MR).zip(panel.chunks_exact(V)) {
-        let x: &[T; MR] = x.try_into().expect("chunks of MR");
-        let w: &[T::V<S>; V] = w.try_into().expect("chunks of V");
-        for r in 0..MR {
-            let xr = T::splat(simd, x[r]);
+    if MR * SLOTS + V < S::REGISTER_COUNT {
+        // Row by row: `V` panel vectors and a broadcast beside the accumulators.
+        for (x, w) in lhs.chunks_exact(MR).zip(panel.chunks_exact(V)) {
+            let x: &[T; MR] = x.try_into().expect("chunks of MR");
+            let w: &[T::V<S>; V] = w.try_into().expect("chunks of V");
+            for r in 0..MR {
+                let xr = T::splat(simd, x[r]);
+                for v in 0..V {
+                    acc[r][slot(v)] = T::fma(simd, xr, w[v], acc[r][slot(v)]);
+                }
+            }
+        }
+    } else {
+        // Panel vector by panel vector: `MR` broadcasts and a vector beside them.
+        for (x, w) in lhs.chunks_exact(MR).zip(panel.chunks_exact(V)) {
+            let x: &[T; MR] = x.try_into().expect("chunks of MR");
+            let w: &[T::V<S>; V] = w.try_into().expect("chunks of V");
+            let xs: [T::V<S>; MR] = core::array::from_fn(|r| T::splat(simd, x[r]));
             for v in 0..V {
-                acc[r][slot(v)] = T::fma(simd, xr, w[v], acc[r][slot(v)]);
+                let wv = w[v];
+                for r in 0..MR {
+                    acc[r][slot(v)] = T::fma(simd, xs[r], wv, acc[r][slot(v)]);
+                }
             }
         }
     }

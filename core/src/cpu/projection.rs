@@ -179,8 +179,8 @@ pub fn with_projection_block<R>(steps: usize, f: impl FnOnce() -> R) -> R {
 }
 
 /// Reduction steps per chunk of the step products at `level` (Note [Reduction chunks] in
-/// `super::packed`): `forced`, else one chunk where AVX-512 multiply-adds are
-/// double-pumped ([`double_pumped_avx512`]), else as many steps as fill half the L1
+/// `super::packed`): `forced`, else one chunk for AVX-512 on AMD's cores
+/// ([`one_chunk_avx512`]), else as many steps as fill half the L1
 /// (`bytes_per_k` bytes of the panel each), at least 16.
 pub(crate) fn k_chunk(
     forced: Option<usize>,
@@ -189,7 +189,7 @@ pub(crate) fn k_chunk(
     cache: CacheSizes,
 ) -> usize {
     forced.unwrap_or_else(|| {
-        if level == SimdLevel::Avx512 && double_pumped_avx512() {
+        if level == SimdLevel::Avx512 && one_chunk_avx512() {
             usize::MAX
         } else {
             chunk_for_l1(bytes_per_k, cache)
@@ -202,11 +202,12 @@ fn chunk_for_l1(bytes_per_k: usize, cache: CacheSizes) -> usize {
     (cache.l1 / 2 / bytes_per_k.max(1)).max(16)
 }
 
-/// Whether this CPU runs a 512-bit multiply-add as two 256-bit halves (AMD's Zen 4,
-/// family 19h: one 512-bit multiply-add per cycle), read once from CPUID.
-pub fn double_pumped_avx512() -> bool {
-    static DOUBLE: OnceLock<bool> = OnceLock::new();
-    *DOUBLE.get_or_init(|| {
+/// Whether this CPU's AVX-512 step products run as one chunk (Note [Reduction chunks] in
+/// `super::packed`): an AMD core of family 19h (Zen 4, where chunks measured no faster) or
+/// later (Zen 5 is family 1Ah, where one chunk measured faster), read once from CPUID.
+pub fn one_chunk_avx512() -> bool {
+    static ONE: OnceLock<bool> = OnceLock::new();
+    *ONE.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
             let cpuid = raw_cpuid::CpuId::new();
@@ -214,7 +215,7 @@ pub fn double_pumped_avx512() -> bool {
                 .get_vendor_info()
                 .is_some_and(|v| v.as_str() == "AuthenticAMD");
             let family = cpuid.get_feature_info().map(|f| f.family_id());
-            amd && family == Some(0x19)
+            amd && family.is_some_and(|f| f >= 0x19)
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -349,10 +350,10 @@ mod tests {
         assert_eq!(chunk_for_l1(256, spr), 96);
         // Wide f64 panels on a small L1: at least 16.
         assert_eq!(chunk_for_l1(4096, ZEN4), 16);
-        // AVX2 and portable always chunk; AVX-512 unless double-pumped.
+        // AVX2 and portable always chunk; AVX-512 except on AMD.
         assert_eq!(k_chunk(None, SimdLevel::Avx2, 128, ZEN4), 128);
         let avx512 = k_chunk(None, SimdLevel::Avx512, 256, ZEN4);
-        assert_eq!(avx512 == usize::MAX, double_pumped_avx512());
+        assert_eq!(avx512 == usize::MAX, one_chunk_avx512());
         assert_eq!(k_chunk(Some(3), SimdLevel::Avx512, 256, ZEN4), 3);
         assert_eq!(with_k_chunk(5, forced_k_chunk), Some(5));
     }
