@@ -522,7 +522,8 @@ impl<T: Lane> Packed<T> {
                 3 => block!(3),
                 4 => block!(4),
                 5 => block!(5),
-                _ => block!(6),
+                6 => block!(6),
+                _ => unreachable!("a tile has at most 6 rows, got {mr}"),
             }
             first += mr;
         }
@@ -631,9 +632,9 @@ impl<T: Lane> Packed<T> {
     /// the forward rows and level in training (2 threads, kernel alone, medians of five
     /// alternated rounds: LSTM H256 B32 forward 0.95× the time with chunks, H512 B64 0.97×,
     /// GRU 0.96×, training 1.00–1.02×; docs/BENCHMARKS.md, "AVX2 tile, and one chunk on
-    /// Zen 5"). So AVX-512 on AMD's cores (family
-    /// 19h and later, read from CPUID: `projection::one_chunk_avx512`) runs one chunk, and
-    /// every other level and CPU chunks (`projection::k_chunk`).
+    /// Zen 5"). So AVX-512 on AMD's cores (family 19h and later, read from CPUID:
+    /// `projection::one_chunk_avx512`) runs one chunk, and every other level and CPU
+    /// chunks (`projection::k_chunk`).
     #[inline(always)]
     fn tiles_chunked<S: Simd>(
         &self,
