@@ -21,8 +21,9 @@ use super::gemm::{gemm, Mat, MatMut};
 use super::packed::{Lane, Packed};
 use super::plan::{dropped, row_step, Inputs};
 use super::plan::{state_of, CellWeights, Plan, ReserveLayout};
+use super::recycle::{Kept, Scratch};
 use super::schedule::{
-    direction_threads, for_rows, gemm_threads, per_direction, scan_threads, step_threads,
+    add_rows, direction_threads, for_rows, gemm_threads, per_direction, scan_threads, step_threads,
     PARALLEL_WORK,
 };
 use super::simd::dispatch;
@@ -128,9 +129,19 @@ struct BackPart<'a, T> {
     gates: Vec<&'a mut [T]>,
 }
 
-/// What one part's backward scan returns: its `dh0` `[nb, P]`, `dc0` `[nb, H]` (LSTM) and
-/// its share of `dW_hr` (projection; else empty).
-type PartGrads<T> = (Vec<T>, Option<Vec<T>>, Vec<T>);
+/// What one part's backward scan returns.
+struct PartGrads<T> {
+    /// `[nb, P]`.
+    dh0: Vec<T>,
+    /// `[nb, H]` (LSTM).
+    dc0: Option<Vec<T>>,
+    /// Its share of `dW_hr` (projection; else empty).
+    dw_hr: Vec<T>,
+    /// Its share of the column sums of the gate gradients, over the columns that hold
+    /// gradients (`G·H`, GRU `4H`: Note [Native reserve]), from which both bias gradients
+    /// come (`Direction::weight_grads`); empty when the layer has no biases.
+    db: Vec<T>,
+}
 
 /// One layer in one direction.
 struct Direction<'a, T> {
@@ -151,7 +162,7 @@ struct Direction<'a, T> {
     threads: usize,
 }
 
-impl<T: Lane> Direction<'_, T> {
+impl<T: Lane + Kept> Direction<'_, T> {
     /// The state entering step `t` of sequence `b` (Note [Variable lengths]): the previous
     /// step's output, or `h0` at the first step of the scan.
     fn h_prev(&self, t: usize, b: usize) -> &[T] {
@@ -211,21 +222,24 @@ impl<T: Lane> Direction<'_, T> {
         let mut dh = Vec::with_capacity(batch * p);
         let mut dc: Option<Vec<T>> = None;
         let mut dw_hr: Vec<T> = Vec::new();
-        for (part_dh, part_dc, part_dw_hr) in finals {
-            dh.extend_from_slice(&part_dh);
-            if let Some(part_dc) = part_dc {
+        let mut db: Vec<T> = Vec::new();
+        for part in finals {
+            dh.extend_from_slice(&part.dh0);
+            if let Some(part_dc) = part.dc0 {
                 dc.get_or_insert_with(|| Vec::with_capacity(batch * h))
                     .extend_from_slice(&part_dc);
             }
-            if dw_hr.is_empty() {
-                dw_hr = part_dw_hr;
-            } else {
-                for (a, &v) in dw_hr.iter_mut().zip(&part_dw_hr) {
-                    *a += v;
+            for (sum, share) in [(&mut dw_hr, part.dw_hr), (&mut db, part.db)] {
+                if sum.is_empty() {
+                    *sum = share;
+                } else {
+                    for (a, &v) in sum.iter_mut().zip(&share) {
+                        *a += v;
+                    }
                 }
             }
         }
-        self.weight_grads(gates, dw, &dw_hr);
+        self.weight_grads(gates, dw, &dw_hr, &db);
         (dh, dc)
     }
 
@@ -263,14 +277,16 @@ impl<T: Lane> Direction<'_, T> {
         let mut m = Aligned::filled(dm.len(), T::ZERO);
         let mut direct = Aligned::filled(if mode == RnnMode::Gru { nb * p } else { 0 }, T::ZERO);
         let mut dw_hr = vec![T::ZERO; if proj.is_some() { p * h } else { 0 }];
+        // Columns of a gate row that hold gradients after the pass (GRU: 4H, Note [Native
+        // reserve]); padded rows get zeros there.
+        let grad_cols = if mode == RnnMode::Gru { 4 * h } else { rec };
+        let biased = self.w.b_ih.is_some() || self.w.b_hh.is_some();
+        let mut db = vec![T::ZERO; if biased { grad_cols } else { 0 }];
         let step_threads = step_threads(threads, nb, p, rec);
         // Per thread of a step: its rows laid out for the microkernel.
         let mut lhs: Vec<Aligned<T>> = (0..step_threads.max(1))
             .map(|_| Aligned::default())
             .collect();
-        // Columns of a gate row that hold gradients after the pass (GRU: 4H, Note [Native
-        // reserve]); padded rows get zeros there.
-        let grad_cols = if mode == RnnMode::Gru { 4 * h } else { rec };
         let parallel_rows = threads > 1 && nb > 1 && nb * rec * 8 >= PARALLEL_WORK;
         let f = nd * p;
 
@@ -377,6 +393,18 @@ impl<T: Lane> Direction<'_, T> {
                     },
                 );
             }
+            if biased {
+                // The bias gradients' sums over this step's valid rows, while in cache.
+                add_rows(
+                    plan.level,
+                    &mut db,
+                    step_gates
+                        .iter()
+                        .enumerate()
+                        .filter(|&(j, _)| plan.valid(t, b0 + j))
+                        .map(|(_, gate)| &gate[..grad_cols]),
+                );
+            }
             if proj.is_some() {
                 // dW_hr += dh'^T m (padded rows of both are zero).
                 gemm(
@@ -412,11 +440,24 @@ impl<T: Lane> Direction<'_, T> {
                 run((&mut rows, &mut lhs[0]));
             }
         }
-        (dh.to_vec(), dc.map(|c| c.to_vec()), dw_hr)
+        PartGrads {
+            dh0: dh.to_vec(),
+            dc0: dc.map(|c| c.to_vec()),
+            dw_hr,
+            db,
+        }
     }
 
-    /// Weight and bias gradients of this pseudo-layer from the gate gradients `gates`.
-    fn weight_grads(&self, gates: &[T], dw: &mut [T], dw_hr: &[T]) {
+    /// Weight and bias gradients of this pseudo-layer from the gate gradients `gates`, the
+    /// parts' `dW_hr` and the column sums `db` of the gradient columns (`PartGrads`).
+    ///
+    /// The bias gradients are those sums: `b_ih` and `b_hh` enter every gate alike, so
+    /// their gradients are the same sums, except GRU's `n` block, where `b_in`'s is the sum
+    /// of column block 3 and `b_hn`'s of block 2 (Note [Native reserve]). The sums are taken
+    /// during the scan, on every part's thread while each step's rows are in cache; summed
+    /// here over all rows they were a serial pass (twice) over the whole gate block, which
+    /// on two threads left the other thread waiting.
+    fn weight_grads(&self, gates: &[T], dw: &mut [T], dw_hr: &[T], db: &[T]) {
         let plan = self.plan;
         let (h, p, gh, rows) = (plan.h, plan.p, plan.gh(), plan.rows());
         let width = plan.gate_width();
@@ -453,18 +494,32 @@ impl<T: Lane> Direction<'_, T> {
             }
         }
         {
-            // dW_hh = dG_rec^T · h_prev, h_prev gathered per row (zeros at padded rows).
-            let mut h_prev = vec![T::ZERO; rows * p];
-            for t in 0..plan.t {
-                for b in 0..plan.b {
-                    if plan.valid(t, b) {
-                        let src = self.h_prev(t, b);
-                        if !src.is_empty() {
-                            let row = plan.row(t, b);
-                            h_prev[row * p..(row + 1) * p].copy_from_slice(src);
-                        }
+            // dW_hh = dG_rec^T · h_prev, h_prev gathered per row (zeros at padded rows and
+            // where the scan starts from no h0). Every element is written, so the buffer
+            // may be a stale one (Note [Scratch reuse]); its rows split over the threads.
+            let mut h_prev: Scratch<T> = Scratch::new(rows * p);
+            let gather = |(first, block): (usize, &mut [T])| {
+                for (i, dst) in block.chunks_exact_mut(p).enumerate() {
+                    let (t, b) = row_step(plan, first + i);
+                    let src = if plan.valid(t, b) {
+                        self.h_prev(t, b)
+                    } else {
+                        &[]
+                    };
+                    match src.is_empty() {
+                        true => dst.fill(T::ZERO),
+                        false => dst.copy_from_slice(src),
                     }
                 }
+            };
+            let per_thread = rows.div_ceil(self.threads.max(1)).max(1);
+            if self.threads > 1 && rows * p >= PARALLEL_WORK {
+                h_prev
+                    .par_chunks_mut(per_thread * p)
+                    .enumerate()
+                    .for_each(|(c, block)| gather((c * per_thread, block)));
+            } else {
+                gather((0, &mut h_prev));
             }
             let range = entry(ParamKind::WeightHh).expect("W_hh");
             gemm(
@@ -475,21 +530,14 @@ impl<T: Lane> Direction<'_, T> {
                 gemm_threads(self.threads, gh, p, rows),
             );
         }
-        let column_sums = |dst: &mut [T], col: usize, len: usize| {
-            for row in gates.chunks(width) {
-                for (a, &v) in dst.iter_mut().zip(&row[col..col + len]) {
-                    *a += v;
-                }
-            }
-        };
         if let Some(range) = entry(ParamKind::BiasIh) {
-            let db = &mut dw[range];
+            let db_ih = &mut dw[range];
             for &(col, row, len) in &in_blocks {
-                column_sums(&mut db[row..row + len], col, len);
+                db_ih[row..row + len].copy_from_slice(&db[col..col + len]);
             }
         }
         if let Some(range) = entry(ParamKind::BiasHh) {
-            column_sums(&mut dw[range], 0, gh);
+            dw[range].copy_from_slice(&db[..gh]);
         }
         if let Some(range) = entry(ParamKind::WeightHr) {
             dw[range].copy_from_slice(dw_hr);
@@ -543,7 +591,7 @@ fn input_grad<T: Lane>(
 /// The backward pass. `reserve` is the training forward's (Note [Native reserve] in
 /// `super::plan`), overwritten with gradients; `y` is the op's output (read only when the
 /// reserve does not keep the last layer's output).
-pub(crate) fn backward<T: Lane>(
+pub(crate) fn backward<T: Lane + Kept>(
     plan: &Plan<'_>,
     inputs: &Inputs<'_, T>,
     y: &[T],

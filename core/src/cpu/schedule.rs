@@ -15,6 +15,7 @@
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
+use super::float::Float;
 use super::plan::Plan;
 use super::simd::{dispatch, SimdLevel};
 
@@ -89,6 +90,35 @@ pub(crate) fn for_rows<I: Send, F: Fn(&mut I) + Sync>(
     } else {
         run(items);
     }
+}
+
+/// Adds every row of `rows` into `dst` (`dst[j] += row[j]`), at the call's SIMD level as
+/// [`for_rows`] runs its loops: the backward's bias gradients, summed step by step while
+/// the step's gate gradients are in cache (`super::backward`).
+pub(crate) fn add_rows<'a, T: Float>(
+    level: SimdLevel,
+    dst: &mut [T],
+    rows: impl Iterator<Item = &'a [T]>,
+) {
+    struct AddRows<'d, T, R> {
+        dst: &'d mut [T],
+        rows: R,
+    }
+
+    impl<'a, T: Float, R: Iterator<Item = &'a [T]>> WithSimd for AddRows<'_, T, R> {
+        type Output = ();
+
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _simd: S) {
+            for row in self.rows {
+                for (a, &v) in self.dst.iter_mut().zip(row) {
+                    *a += v;
+                }
+            }
+        }
+    }
+
+    dispatch(level, AddRows { dst, rows });
 }
 
 /// Threads for one step of the backward over `batch` rows: the rows split over the threads
