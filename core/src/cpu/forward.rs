@@ -613,11 +613,6 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
                         Some(m) => m,
                         None => &mut *r.next,
                     };
-                    // A whole panel's units: a constant count (the level's lanes, or four
-                    // times that for the one-gate RNNs) for which the compiler emits straight
-                    // vector code; the last panel of an `H` that is not a multiple runs the
-                    // same loop with its count.
-                    let full = lanes * if mode.num_gates() == 1 { SLOTS } else { 1 };
                     let skip_x = if skip { Some(r.x) } else { None };
                     macro_rules! units {
                         ($n:expr) => {
@@ -635,10 +630,19 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
                     }
                     // A function, not a closure: a closure that the compiler does not
                     // inline would run without the level's target features.
+                    //
+                    // A whole panel's units: a constant count (`full`: the level's lanes,
+                    // or four times that for the one-gate RNNs), for which the compiler
+                    // emits straight vector code and inlines the copies into the reserve;
+                    // the last panel of an `H` that is not a multiple runs the same loop
+                    // with its count. `full` is written in each mode's arm: computed once
+                    // from the mode before the `match`, it was not a constant to the
+                    // compiler, and a training step called `memcpy` five times per row
+                    // and panel (4.6% of an LSTM training call).
                     macro_rules! cell {
-                        ($f:path $(, $arg:expr)*) => {
-                            if n == full {
-                                $f(units!(full) $(, $arg)*)
+                        ($full:expr, $f:path $(, $arg:expr)*) => {
+                            if n == $full {
+                                $f(units!($full) $(, $arg)*)
                             } else {
                                 $f(units!(n) $(, $arg)*)
                             }
@@ -650,25 +654,27 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
                     match (mode, fma) {
                         (RnnMode::Lstm, true) => {
                             let c = r.cell.as_deref_mut().expect("LSTM carries c");
-                            cell!(cell::lstm_forward::<T, TRAIN, true>, c)
+                            cell!(lanes, cell::lstm_forward::<T, TRAIN, true>, c)
                         }
                         (RnnMode::Lstm, false) => {
                             let c = r.cell.as_deref_mut().expect("LSTM carries c");
-                            cell!(cell::lstm_forward::<T, TRAIN, false>, c)
+                            cell!(lanes, cell::lstm_forward::<T, TRAIN, false>, c)
                         }
                         (RnnMode::Gru, true) => {
-                            cell!(cell::gru_forward::<T, TRAIN, true>, b_hn, r.prev)
+                            cell!(lanes, cell::gru_forward::<T, TRAIN, true>, b_hn, r.prev)
                         }
                         (RnnMode::Gru, false) => {
-                            cell!(cell::gru_forward::<T, TRAIN, false>, b_hn, r.prev)
+                            cell!(lanes, cell::gru_forward::<T, TRAIN, false>, b_hn, r.prev)
                         }
                         (RnnMode::RnnTanh, true) => {
-                            cell!(cell::rnn_forward::<T, TRAIN, false, true>)
+                            cell!(lanes * SLOTS, cell::rnn_forward::<T, TRAIN, false, true>)
                         }
                         (RnnMode::RnnTanh, false) => {
-                            cell!(cell::rnn_forward::<T, TRAIN, false, false>)
+                            cell!(lanes * SLOTS, cell::rnn_forward::<T, TRAIN, false, false>)
                         }
-                        (RnnMode::RnnRelu, _) => cell!(cell::rnn_forward::<T, TRAIN, true, false>),
+                        (RnnMode::RnnRelu, _) => {
+                            cell!(lanes * SLOTS, cell::rnn_forward::<T, TRAIN, true, false>)
+                        }
                     }
                     if !projected {
                         r.out[lo..lo + n].copy_from_slice(&r.next[lo..lo + n]);
