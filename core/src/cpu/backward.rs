@@ -4,9 +4,10 @@
 //! against the forward's order that turns each step's output gradient into the gates'
 //! pre-activation gradients (ONE fused pass, `super::cell`) and carries `dh` through ONE
 //! recurrent GEMM (`dg · W_hh`); the gradients are written over the reserve's gate rows in
-//! place. Then the weight gradients as GEMMs over all steps at once (`dG^T · input`,
-//! `dG^T · h_prev`), and the layer input's gradient `dG · W_ih`, which, through the
-//! dropout mask, is the output gradient of the layer below.
+//! place, and summed into the bias gradients while they are in cache. Then the weight
+//! gradients as GEMMs over all steps at once (`dG^T · input`, `dG^T · h_prev`), and the
+//! layer input's gradient `dG · W_ih`, which, through the dropout mask, is the output
+//! gradient of the layer below.
 //!
 //! Padded rows (Note [Padding never leaks] in [`crate::op_types`]): their gradient rows
 //! are written as zeros, the carried `dh`/`dc` pass them unchanged, and the padded rows of
