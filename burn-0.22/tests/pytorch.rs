@@ -10,7 +10,9 @@ mod common;
 
 use burn::tensor::{DType, Device, Tensor};
 use burn_fused_rnn::{reference, route_of, RnnState, Route};
-use common::{array, at_every_simd_level, check, fixtures, report, tensor, On, Tol, F32, F64};
+use common::{
+    array, at_every_simd_level, check, check_values, fixtures, report, tensor, On, Tol, F32, F64,
+};
 
 fn forward_matches_pytorch(on: On, dtype: DType, label: &str, tol: Tol) {
     let device = on.device();
@@ -89,72 +91,132 @@ enum Path {
     Reference,
 }
 
-/// Every gradient of `loss = Σ y·gy + Σ h_n·gh_n (+ Σ c_n·gc_n)` (PyTorch's `gy`, ...),
-/// against PyTorch's.
+/// The gradients `[dx, dh0, dc0 (LSTM), dweights]` of one case, as f64 vectors.
+type CaseGrads = Vec<(&'static str, Vec<f64>)>;
+
+/// Every gradient of `loss = Σ y·gy + Σ h_n·gh_n (+ Σ c_n·gc_n)` (PyTorch's `gy`, ...) for
+/// one case, through `path`, with only the terms that `uses` (`[y, h_n, c_n]`) names: an
+/// output the loss does not reach is off the autodiff tape, and the fused backward reads
+/// its gradient as zeros (Note [One node, many outputs] in `src/autodiff.rs`).
+fn case_gradients(
+    case: &common::Case,
+    device: &Device,
+    dtype: DType,
+    path: Path,
+    uses: [bool; 3],
+) -> CaseGrads {
+    let module = case.module(device, dtype);
+    let desc = case.descriptor();
+    let x = array::<3>(&case.x, device, dtype).require_grad();
+    // Explicit initial states (zeros where the case has none), so that dh0 and dc0 exist
+    // to compare.
+    let zeros = |shape: [usize; 3]| Tensor::<3>::zeros(shape, (device, dtype));
+    let h0 = case
+        .h0
+        .as_ref()
+        .map_or_else(|| zeros(desc.hidden_shape()), |a| array(a, device, dtype))
+        .require_grad();
+    let c0 = desc.spec.mode.has_cell_state().then(|| {
+        case.c0
+            .as_ref()
+            .map_or_else(|| zeros(desc.cell_shape()), |a| array(a, device, dtype))
+            .require_grad()
+    });
+    let (y, h_n, c_n) = match path {
+        Path::Module => {
+            let state = RnnState::new(h0.clone(), c0.clone());
+            let (y, s) = match &case.lengths {
+                Some(lengths) => module.forward_with_lengths(x.clone(), lengths, Some(state)),
+                None => module.forward(x.clone(), Some(state)),
+            };
+            (y, s.hidden, s.cell)
+        }
+        Path::Reference => {
+            let out = reference::fused_rnn(
+                &desc,
+                x.clone(),
+                Some(h0.clone()),
+                c0.clone(),
+                module.flat_weights(),
+                true,
+            );
+            (out.output, out.hidden, out.cell)
+        }
+    };
+    let weigh = |t: Tensor<3>, g: &[f64]| {
+        let dims = t.dims();
+        (t * tensor::<3>(g, dims, device, dtype)).sum()
+    };
+    let mut terms = Vec::new();
+    if uses[0] {
+        terms.push(weigh(y, &case.gy));
+    }
+    if uses[1] {
+        terms.push(weigh(h_n, &case.gh_n));
+    }
+    if let (true, Some(c_n), Some(g)) = (uses[2], c_n, &case.gc_n) {
+        terms.push(weigh(c_n, g));
+    }
+    let loss = terms.into_iter().reduce(|a, b| a + b).expect("a loss term");
+    let grads = loss.backward();
+    let ctx = format!("{} via {path:?}", case.name);
+    let values = |t: Tensor<3>| t.into_data().convert::<f64>().to_vec::<f64>().unwrap();
+    let grad = |t: &Tensor<3>, name: &str| {
+        values(
+            t.grad(&grads)
+                .unwrap_or_else(|| panic!("{ctx}: no gradient for {name}")),
+        )
+    };
+    let mut out = vec![("dx", grad(&x, "x")), ("dh0", grad(&h0, "h0"))];
+    if let Some(c0) = &c0 {
+        out.push(("dc0", grad(c0, "c0")));
+    }
+    let dw = module
+        .flat_grad(&grads)
+        .unwrap_or_else(|| panic!("{ctx}: no gradient for the weights"));
+    out.push((
+        "dweights",
+        dw.into_data().convert::<f64>().to_vec::<f64>().unwrap(),
+    ));
+    out
+}
+
+/// Every gradient of the full loss (every output) against PyTorch's.
 fn gradients_match_pytorch(device: Device, dtype: DType, path: Path, label: &str, tol: Tol) {
     let mut failures = Vec::new();
     for case in &fixtures().cases {
-        let module = case.module(&device, dtype);
-        let desc = case.descriptor();
-        let x = array::<3>(&case.x, &device, dtype).require_grad();
-        // Explicit initial states (zeros where the case has none), so that dh0 and dc0
-        // exist to compare.
-        let zeros = |shape: [usize; 3]| Tensor::<3>::zeros(shape, (&device, dtype));
-        let h0 = case
-            .h0
-            .as_ref()
-            .map_or_else(|| zeros(desc.hidden_shape()), |a| array(a, &device, dtype))
-            .require_grad();
-        let c0 = desc.spec.mode.has_cell_state().then(|| {
-            case.c0
-                .as_ref()
-                .map_or_else(|| zeros(desc.cell_shape()), |a| array(a, &device, dtype))
-                .require_grad()
-        });
-        let (y, h_n, c_n) = match path {
-            Path::Module => {
-                let state = RnnState::new(h0.clone(), c0.clone());
-                let (y, s) = match &case.lengths {
-                    Some(lengths) => module.forward_with_lengths(x.clone(), lengths, Some(state)),
-                    None => module.forward(x.clone(), Some(state)),
-                };
-                (y, s.hidden, s.cell)
-            }
-            Path::Reference => {
-                let out = reference::fused_rnn(
-                    &desc,
-                    x.clone(),
-                    Some(h0.clone()),
-                    c0.clone(),
-                    module.flat_weights(),
-                    true,
-                );
-                (out.output, out.hidden, out.cell)
-            }
-        };
-        let weigh = |t: Tensor<3>, g: &[f64]| {
-            let dims = t.dims();
-            (t * tensor::<3>(g, dims, &device, dtype)).sum()
-        };
-        let mut loss = weigh(y, &case.gy) + weigh(h_n, &case.gh_n);
-        if let (Some(c_n), Some(g)) = (c_n, &case.gc_n) {
-            loss = loss + weigh(c_n, g);
-        }
-        let grads = loss.backward();
         let ctx = format!("{label} / {}", case.name);
-        let grad = |t: &Tensor<3>, name: &str| {
-            t.grad(&grads)
-                .unwrap_or_else(|| panic!("{ctx}: no gradient for {name}"))
-        };
-        failures.extend(check(&ctx, "dx", grad(&x, "x"), &case.dx, tol).err());
-        failures.extend(check(&ctx, "dh0", grad(&h0, "h0"), &case.dh0, tol).err());
-        if let (Some(c0), Some(expected)) = (&c0, &case.dc0) {
-            failures.extend(check(&ctx, "dc0", grad(c0, "c0"), expected, tol).err());
+        let got = case_gradients(case, &device, dtype, path, [true; 3]);
+        let mut expected = vec![&case.dx, &case.dh0];
+        expected.extend(&case.dc0);
+        let flat_dweights = case.flat_dweights();
+        expected.push(&flat_dweights);
+        for ((name, got), expected) in got.iter().zip(expected) {
+            failures.extend(check_values(&ctx, name, got, expected, tol).err());
         }
-        let dw = module
-            .flat_grad(&grads)
-            .unwrap_or_else(|| panic!("{ctx}: no gradient for the weights"));
-        failures.extend(check(&ctx, "dweights", dw, &case.flat_dweights(), tol).err());
+    }
+    report(failures);
+}
+
+/// A loss that reaches only some outputs (each non-empty subset of `[y, h_n, c_n]`): the
+/// module's gradients (the native kernel's one backward node, empty gradient slots for the
+/// outputs left out) against the reference's, traced op by op by Burn's autodiff, on
+/// every fixture case.
+#[test]
+fn gradients_of_partial_losses_match_the_reference() {
+    let device = Device::ndarray().autodiff();
+    let mut failures = Vec::new();
+    for case in &fixtures().cases {
+        let subsets = if case.gc_n.is_some() { 1..8 } else { 1..4 };
+        for k in subsets {
+            let uses = [k & 1 != 0, k & 2 != 0, k & 4 != 0];
+            let ctx = format!("{} with loss terms [y, h_n, c_n] = {uses:?}", case.name);
+            let got = case_gradients(case, &device, DType::F64, Path::Module, uses);
+            let expected = case_gradients(case, &device, DType::F64, Path::Reference, uses);
+            for ((name, got), (_, expected)) in got.iter().zip(&expected) {
+                failures.extend(check_values(&ctx, name, got, expected, F64).err());
+            }
+        }
     }
     report(failures);
 }
