@@ -157,16 +157,22 @@ fn step_peak<B: AutodiffBackend + FusedRnnBackend>(mode: RnnMode, t: usize) -> u
 
 fn training_memory_is_linear_in_t<B: AutodiffBackend + FusedRnnBackend>(name: &str) {
     let _guard = MEASURE.lock().unwrap_or_else(|e| e.into_inner());
+    // T and 2T, not T/2 and T: at B = 1 and H = 32 the per-step part of the peak is small
+    // (about 380 bytes a step), and below T = 10 000 a part that does not scale with T
+    // still shows (Flex: T = 5 000: 2.36 MiB, T = 10 000: 3.73 MiB, x1.58; 10 000 to 20 000 and
+    // 20 000 to 40 000: x1.98-1.99). The packed copy of the outputs that an earlier
+    // version kept (Note [One node, many outputs]) had hidden it.
     let t = seq_len();
     for mode in [RnnMode::Lstm, RnnMode::Gru] {
-        let half = step_peak::<B>(mode, t / 2);
-        let full = step_peak::<B>(mode, t);
-        let ratio = full as f64 / half as f64;
+        let at_t = step_peak::<B>(mode, t);
+        let at_2t = step_peak::<B>(mode, 2 * t);
+        let ratio = at_2t as f64 / at_t as f64;
+        let mib = |bytes: usize| bytes as f64 / (1 << 20) as f64;
         println!(
-            "{name} {mode:?}: peak heap of a training step: T = {}: {:.2} MiB, T = {t}: {:.2} MiB (x{ratio:.2})",
-            t / 2,
-            half as f64 / (1 << 20) as f64,
-            full as f64 / (1 << 20) as f64,
+            "{name} {mode:?}: peak heap of a training step: T = {t}: {:.2} MiB, T = {}: {:.2} MiB (x{ratio:.2})",
+            mib(at_t),
+            2 * t,
+            mib(at_2t),
         );
         assert!(
             (1.8..=2.2).contains(&ratio),
