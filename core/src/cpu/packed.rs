@@ -218,8 +218,9 @@ pub(crate) enum PanelLayout {
     Columns,
 }
 
-/// Rows of a panel written per block by [`Packed::fill`]'s transpose.
-const FILL_BLOCK: usize = 64;
+/// Side of the square tiles in which [`Packed::fill`] transposes: a tile of `T` values is
+/// at most 2 KiB (`f64`), so the tile and the lines it reads and writes stay in L1.
+const FILL_TILE: usize = 16;
 
 /// Where one segment's values come from: element `(column, k)` of `M` at
 /// `data[column · col_stride + k · k_stride]`.
@@ -228,6 +229,56 @@ struct Source<'a, T> {
     data: &'a [T],
     col_stride: usize,
     k_stride: usize,
+}
+
+/// A run of a panel row's slots: `len` slots from `slot`, holding columns `first ..
+/// first + len` of `M` (zeros where `first` is `None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run {
+    slot: usize,
+    first: Option<usize>,
+    len: usize,
+}
+
+/// `columns` cut into runs of consecutive columns (and of zeros), each at most `max` long.
+fn runs(columns: &[Option<usize>], max: usize) -> Vec<Run> {
+    let mut out: Vec<Run> = Vec::new();
+    for (slot, &col) in columns.iter().enumerate() {
+        if let Some(last) = out.last_mut() {
+            let next = match (last.first, col) {
+                (None, None) => true,
+                (Some(f), Some(c)) => c == f + last.len,
+                _ => false,
+            };
+            if next && last.len < max {
+                last.len += 1;
+                continue;
+            }
+        }
+        out.push(Run {
+            slot,
+            first: col,
+            len: 1,
+        });
+    }
+    out
+}
+
+/// `dst = src` (same length), inlined: the runs [`Source::write`] copies are a few cache
+/// lines, too short for a call to `memcpy` to pay (calls took half of the packing's time).
+/// Whole blocks of [`FILL_TILE`] are copied as arrays, which the compiler emits as vector
+/// moves (a plain loop it turns back into a `memcpy` call).
+#[inline(always)]
+fn copy<T: Copy>(dst: &mut [T], src: &[T]) {
+    let mut d = dst.chunks_exact_mut(FILL_TILE);
+    let mut s = src.chunks_exact(FILL_TILE);
+    for (d, s) in d.by_ref().zip(s.by_ref()) {
+        let d: &mut [T; FILL_TILE] = d.try_into().expect("chunks of FILL_TILE");
+        *d = s.try_into().expect("chunks of FILL_TILE");
+    }
+    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *d = *s;
+    }
 }
 
 impl<'a, T: Lane> Source<'a, T> {
@@ -250,34 +301,55 @@ impl<'a, T: Lane> Source<'a, T> {
     }
 
     /// Writes `buf` (`[k][width]`): element `s` of row `k` is column `columns[s]` of `M`
-    /// (zero where `None`).
+    /// (zero where `None`). The columns of a panel come in runs of consecutive columns of
+    /// `M` (a vector's lanes are consecutive units), and each run is written whole:
+    ///
+    /// - `M` row-major (`col_stride == 1`): a run of a panel row is a run of a row of `M`,
+    ///   one copy;
+    /// - `M^T` row-major (`k_stride == 1`): a run is a transpose. It goes in square tiles of
+    ///   [`FILL_TILE`]: the tile's columns are read as contiguous runs of `k` (vector loads),
+    ///   and written as contiguous runs of the panel's rows, so neither side walks memory
+    ///   with a large stride (Note [Packed weights]: a training step packs its weights on
+    ///   its critical path).
     fn write(self, buf: &mut [T], columns: &[Option<usize>], width: usize) {
-        let k = buf.len() / width.max(1);
-        if self.k_stride != 1 {
-            for (kk, dst) in buf.chunks_exact_mut(width).enumerate() {
-                for (d, col) in dst.iter_mut().zip(columns) {
-                    *d = col.map_or(T::ZERO, |c| {
-                        self.data[c * self.col_stride + kk * self.k_stride]
-                    });
+        let width = width.max(1);
+        let k = buf.len() / width;
+        let transpose = self.k_stride == 1 && self.col_stride != 1;
+        let max = if transpose { FILL_TILE } else { usize::MAX };
+        for run in runs(columns, max) {
+            let (s, m) = (run.slot, run.len);
+            match run.first {
+                None => {
+                    for row in buf.chunks_exact_mut(width) {
+                        row[s..s + m].fill(T::ZERO);
+                    }
                 }
-            }
-            return;
-        }
-        for k0 in (0..k).step_by(FILL_BLOCK) {
-            let k1 = (k0 + FILL_BLOCK).min(k);
-            let block = &mut buf[k0 * width..k1 * width];
-            for (s, col) in columns.iter().enumerate() {
-                match *col {
-                    Some(c) => {
-                        let start = c * self.col_stride + k0;
-                        let run = &self.data[start..start + (k1 - k0)];
-                        for (row, &x) in block.chunks_exact_mut(width).zip(run) {
-                            row[s] = x;
+                Some(c) if self.col_stride == 1 => {
+                    for (kk, row) in buf.chunks_exact_mut(width).enumerate() {
+                        let start = c + kk * self.k_stride;
+                        copy(&mut row[s..s + m], &self.data[start..start + m]);
+                    }
+                }
+                Some(c) if transpose => {
+                    let mut tile = [[T::ZERO; FILL_TILE]; FILL_TILE];
+                    for k0 in (0..k).step_by(FILL_TILE) {
+                        let kt = FILL_TILE.min(k - k0);
+                        for (l, line) in tile[..m].iter_mut().enumerate() {
+                            let start = (c + l) * self.col_stride + k0;
+                            copy(&mut line[..kt], &self.data[start..start + kt]);
+                        }
+                        let rows = buf[k0 * width..(k0 + kt) * width].chunks_exact_mut(width);
+                        for (kk, row) in rows.enumerate() {
+                            for (d, line) in row[s..s + m].iter_mut().zip(&tile) {
+                                *d = line[kk];
+                            }
                         }
                     }
-                    None => {
-                        for row in block.chunks_exact_mut(width) {
-                            row[s] = T::ZERO;
+                }
+                Some(c) => {
+                    for (kk, row) in buf.chunks_exact_mut(width).enumerate() {
+                        for (l, d) in row[s..s + m].iter_mut().enumerate() {
+                            *d = self.data[(c + l) * self.col_stride + kk * self.k_stride];
                         }
                     }
                 }
@@ -386,12 +458,9 @@ impl<T: Lane> Packed<T> {
     /// [`PARALLEL_FILL`] elements, they are written on rayon's pool (a call packs before
     /// its scans start, so this is time every thread would otherwise wait).
     ///
-    /// A panel's `k`-th row holds `V·L` columns of `M` side by side. When a column of `M`
-    /// is contiguous in memory (the gate weights, `[G·H, K]` row-major), this is a
-    /// transpose, done in blocks of [`FILL_BLOCK`] rows: each column's run of the block is
-    /// read in order and written down the block (`FILL_BLOCK · V·L` elements, in L1), so
-    /// neither side walks memory with a large stride for long (Note [Packed weights]: the
-    /// packing of a training step's weights is on its critical path).
+    /// A panel's `k`-th row holds `V·L` columns of `M` side by side: a transpose in tiles
+    /// when a column of `M` is contiguous in memory (the gate weights, `[G·H, K]`
+    /// row-major), a copy of runs when a row is (`Source::write`).
     fn fill(&mut self, sources: [Source<'_, T>; 2]) {
         let (va, vb) = self.vectors();
         let (lanes, panel_len) = (self.lanes, self.panel_len());
@@ -875,6 +944,9 @@ mod tests {
                 (4, 16, 16, 16),
                 (3, 1, 0, 1),
                 (1, 70, 0, 3),
+                // Reductions past one transpose tile and not a multiple of it.
+                (4, 21, 23, 18),
+                (1, 40, 17, 35),
             ] {
                 let n = gates * hidden;
                 let w_ih = values(n * i, 1.0);
@@ -941,6 +1013,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The runs `Packed::fill` writes whole: consecutive columns, zeros, the cap on length.
+    #[test]
+    fn runs_cut_at_gaps_zeros_and_the_cap() {
+        let run = |slot, first, len| Run { slot, first, len };
+        let cols = [
+            Some(4),
+            Some(5),
+            Some(6),
+            Some(9),
+            None,
+            None,
+            Some(10),
+            Some(11),
+        ];
+        assert_eq!(
+            runs(&cols, usize::MAX),
+            [
+                run(0, Some(4), 3),
+                run(3, Some(9), 1),
+                run(4, None, 2),
+                run(6, Some(10), 2)
+            ]
+        );
+        assert_eq!(
+            runs(&cols, 2),
+            [
+                run(0, Some(4), 2),
+                run(2, Some(6), 1),
+                run(3, Some(9), 1),
+                run(4, None, 2),
+                run(6, Some(10), 2)
+            ]
+        );
+        assert!(runs(&[], 16).is_empty());
     }
 
     /// Calls `check(row, column, segments, value)` for every output of the product.
