@@ -6,7 +6,9 @@ fused / PyTorch, fused / ONNX Runtime and fused / the faster of the two (1.00 = 
 lower is better), burn-nn / fused (higher is better), and the peak heap of one training
 step, fused / burn-nn.
 
-Criterion's results are read from `$CARGO_TARGET_DIR/criterion` when that is set, else
+Every time is a median, as the companions report theirs (criterion's estimate of the
+median of its samples; its mean is pulled up by the slow samples of a busy or bimodal host,
+the peers' medians are not). Criterion's results are read from `$CARGO_TARGET_DIR/criterion` when that is set, else
 from `target/criterion`; the companions' JSON files from `target/criterion`.
 """
 
@@ -18,12 +20,12 @@ here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tar
 root = os.path.join(os.environ["CARGO_TARGET_DIR"], "criterion") if os.environ.get("CARGO_TARGET_DIR") else here
 
 
-def mean_ms(*parts):
+def median_ms(*parts):
     path = os.path.join(root, *parts, "new", "estimates.json")
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        return json.load(f)["mean"]["point_estimate"] / 1e6
+        return json.load(f)["median"]["point_estimate"] / 1e6
 
 
 def load(name):
@@ -55,8 +57,8 @@ def main():
     for group in groups:
         backend, config = group[len("cpu_"):].split("_", 1)
         for pas in ["fwd", "train"]:
-            fused = mean_ms(group, "fused", pas)
-            nn = mean_ms(group, "burn_nn", pas)
+            fused = median_ms(group, "fused", pas)
+            nn = median_ms(group, "burn_nn", pas)
             pt = torch["configs"].get(config, {}).get(pas)
             ox = onnx["configs"].get(config, {}).get(pas)
             if fused is None:
