@@ -314,8 +314,12 @@ impl<'a, T: Lane> Source<'a, T> {
     fn write(self, buf: &mut [T], columns: &[Option<usize>], width: usize) {
         let width = width.max(1);
         let k = buf.len() / width;
-        let transpose = self.k_stride == 1 && self.col_stride != 1;
-        let max = if transpose { FILL_TILE } else { usize::MAX };
+        // A transposed run fills at most one tile's lines.
+        let max = if self.col_stride == 1 {
+            usize::MAX
+        } else {
+            FILL_TILE
+        };
         for run in runs(columns, max) {
             let (s, m) = (run.slot, run.len);
             match run.first {
@@ -330,7 +334,8 @@ impl<'a, T: Lane> Source<'a, T> {
                         copy(&mut row[s..s + m], &self.data[start..start + m]);
                     }
                 }
-                Some(c) if transpose => {
+                // Both constructors set one stride to 1, so here `k_stride == 1`.
+                Some(c) => {
                     let mut tile = [[T::ZERO; FILL_TILE]; FILL_TILE];
                     for k0 in (0..k).step_by(FILL_TILE) {
                         let kt = FILL_TILE.min(k - k0);
@@ -343,13 +348,6 @@ impl<'a, T: Lane> Source<'a, T> {
                             for (d, line) in row[s..s + m].iter_mut().zip(&tile) {
                                 *d = line[kk];
                             }
-                        }
-                    }
-                }
-                Some(c) => {
-                    for (kk, row) in buf.chunks_exact_mut(width).enumerate() {
-                        for (l, d) in row[s..s + m].iter_mut().enumerate() {
-                            *d = self.data[(c + l) * self.col_stride + kk * self.k_stride];
                         }
                     }
                 }
