@@ -249,6 +249,11 @@ pub fn check_case_with(
 
 /// Runs every case of [`parity_cases`] for which `filter` holds, and panics listing every
 /// failing case (its worst tensor element) if any fails.
+///
+/// It ends by waiting for `device` to finish everything queued on it ([`Device::sync`]):
+/// a test binary must not exit while a backend still compiles or runs kernels in its own
+/// threads (on lavapipe, Vulkan on the CPU, such an exit crashed in the driver after every
+/// test had passed, in about half the runs with a cold shader cache).
 pub fn assert_parity(device: &Device, dtype: DType, filter: impl Fn(&ParityCase) -> bool) {
     assert_parity_with(device, dtype, tolerance(dtype), filter);
 }
@@ -268,6 +273,9 @@ pub fn assert_parity_with(
         &cases,
         |case| check_case_with(case, device, dtype, tolerance),
     );
+    if let Err(error) = device.sync() {
+        panic!("{device:?}: the suite's queued operations failed to run: {error:?}");
+    }
 }
 
 /// Generates the parity tests for a device: a module `$name` with one `#[test]` per mode

@@ -52,5 +52,11 @@ fn one_backward_per_call() {
             tracked,
             "{device:?}: valid()"
         );
+        // Nothing above reads a value back: wait for the device, so that the process never
+        // exits while CubeCL still compiles this call's kernels (docs/INTERNALS.md,
+        // "Lavapipe crashed at process exit").
+        device
+            .sync()
+            .expect("the device ran every queued operation");
     }
 }
