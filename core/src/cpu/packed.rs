@@ -336,6 +336,7 @@ impl<'a, T: Lane> Source<'a, T> {
                 }
                 // Both constructors set one stride to 1, so here `k_stride == 1`.
                 Some(c) => {
+                    debug_assert_eq!(self.k_stride, 1, "a source has one stride of 1");
                     let mut tile = [[T::ZERO; FILL_TILE]; FILL_TILE];
                     for k0 in (0..k).step_by(FILL_TILE) {
                         let kt = FILL_TILE.min(k - k0);
