@@ -15,7 +15,9 @@
 //! A configuration is `mode,H,B,T,pass[,layers[,bi]]`: mode `lstm`, `gru`, `tanh` or
 //! `relu`; I = H unless `IN=<n>` sets it for every configuration; pass `fwd` (inference),
 //! `fwdtrain` (a training forward, which keeps the reserve) or `train` (forward +
-//! backward). `BF=0` makes the input time-major (default batch-first).
+//! backward). `BF=0` makes the input time-major (default batch-first). `FAULTS=1` adds the
+//! process's minor page faults per timed run (Linux, `/proc/self/stat`), to tell work
+//! from first touches of freshly mapped memory.
 
 use std::time::Instant;
 
@@ -65,7 +67,21 @@ fn parse(spec: &str) -> (RnnDescriptor, String) {
     (desc, f[4].to_string())
 }
 
+/// The process's minor page faults so far (field 10 of `/proc/self/stat`), or 0 where
+/// that file is missing.
+fn minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name (field 2) is parenthesised and may hold spaces: count after it.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    after
+        .split_whitespace()
+        .nth(7)
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0)
+}
+
 fn main() {
+    let faults = std::env::var("FAULTS").is_ok_and(|v| v == "1");
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: kernel_times <runs> <mode,H,B,T,pass[,layers[,bi]]>...";
     let runs: usize = args.first().and_then(|r| r.parse().ok()).expect(usage);
@@ -83,7 +99,11 @@ fn main() {
             w: &w,
         };
         let mut times = Vec::with_capacity(runs);
+        let mut faults_before = 0;
         for run in 0..runs + 2 {
+            if run == 2 {
+                faults_before = minor_faults();
+            }
             let start = Instant::now();
             match pass.as_str() {
                 "fwd" => {
@@ -110,7 +130,15 @@ fn main() {
                 times.push(start.elapsed().as_secs_f64() * 1e3);
             }
         }
+        let faulted = minor_faults().saturating_sub(faults_before);
         times.sort_by(f64::total_cmp);
-        println!("{spec} {:.3}", times[times.len() / 2]);
+        match faults {
+            true => println!(
+                "{spec} {:.3} ({} faults per run)",
+                times[times.len() / 2],
+                faulted / runs.max(1) as u64
+            ),
+            false => println!("{spec} {:.3}", times[times.len() / 2]),
+        }
     }
 }
