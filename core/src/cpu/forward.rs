@@ -405,16 +405,18 @@ impl<T: Lane + Kept> Direction<'_, T> {
         };
         let mut projected = buffers();
         let mut steps_of = |block: &[usize], shared: &Shared<'_, T>, xw: Option<&Projected<T>>| {
-            for &t in block {
-                let gate_rows = match TRAIN {
-                    true => gates[t * nb..(t + 1) * nb]
-                        .iter_mut()
-                        .map(|r| Some(&mut **r))
-                        .collect(),
-                    false => Vec::new(),
-                };
-                self.step::<TRAIN>(&mut scan, t, (b0, nb), gate_rows, shared, xw);
-            }
+            dispatch(
+                plan.level,
+                Steps::<'_, '_, '_, T, TRAIN> {
+                    dir: self,
+                    scan: &mut scan,
+                    block,
+                    part: (b0, nb),
+                    gates: &mut gates,
+                    shared,
+                    xw,
+                },
+            );
         };
         if pipelined {
             // Note [Projection beside the scan]: the next block's projection on one thread
@@ -518,8 +520,12 @@ impl<T: Lane + Kept> Direction<'_, T> {
 
     /// One step of the rows `b0..b0 + nb` (Note [Fused step]): the pre-activations and the
     /// cell update, tile by tile; then (LSTM projection) the projection and the select.
-    fn step<const TRAIN: bool>(
+    /// Runs inside the block's dispatch ([`Steps`]), at `simd`'s level.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn step<S: Simd, const TRAIN: bool>(
         &self,
+        simd: S,
         scan: &mut Scan<'_, T>,
         t: usize,
         (b0, nb): (usize, usize),
@@ -557,19 +563,17 @@ impl<T: Lane + Kept> Direction<'_, T> {
                         }
                     }),
             );
-            dispatch(
-                plan.level,
-                FusedStep::<'_, '_, T, TRAIN> {
-                    rows: &mut items,
-                    lhs: &mut scan.lhs,
-                    packed: shared.packed,
-                    mode: plan.spec.mode,
-                    h,
-                    skip: self.w.w_ih.is_none(),
-                    bias: shared.bias,
-                    b_hn: shared.b_hn,
-                },
-            );
+            FusedStep::<'_, '_, T, TRAIN> {
+                rows: &mut items,
+                lhs: &mut scan.lhs,
+                packed: shared.packed,
+                mode: plan.spec.mode,
+                h,
+                skip: self.w.w_ih.is_none(),
+                bias: shared.bias,
+                b_hn: shared.b_hn,
+            }
+            .with_simd(simd);
             scan.spare = recycled(items);
         }
         if let Some(w_hr) = proj {
@@ -590,6 +594,47 @@ impl<T: Lane + Kept> Direction<'_, T> {
             }
         }
         core::mem::swap(&mut scan.state, &mut scan.next);
+    }
+}
+
+/// The steps of one block of a part's scan, at one SIMD level: one dispatch per block, not
+/// per step (at batch 1 and small `H` a step is a few hundred instructions, and entering
+/// the level's code set up its whole frame every step).
+struct Steps<'s, 'd, 'a, T, const TRAIN: bool> {
+    dir: &'s Direction<'d, T>,
+    scan: &'s mut Scan<'a, T>,
+    block: &'s [usize],
+    part: (usize, usize),
+    /// The part's gate rows, step-major (training; empty in inference).
+    gates: &'s mut [&'a mut [T]],
+    shared: &'s Shared<'s, T>,
+    xw: Option<&'s Projected<T>>,
+}
+
+impl<T: Lane + Kept, const TRAIN: bool> WithSimd for Steps<'_, '_, '_, T, TRAIN> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let Self {
+            dir,
+            scan,
+            block,
+            part: (b0, nb),
+            gates,
+            shared,
+            xw,
+        } = self;
+        for &t in block {
+            let gate_rows = match TRAIN {
+                true => gates[t * nb..(t + 1) * nb]
+                    .iter_mut()
+                    .map(|r| Some(&mut **r))
+                    .collect(),
+                false => Vec::new(),
+            };
+            dir.step::<S, TRAIN>(simd, scan, t, (b0, nb), gate_rows, shared, xw);
+        }
     }
 }
 
