@@ -18,9 +18,19 @@
 //! backward). `BF=0` makes the input time-major (default batch-first). `FAULTS=1` adds the
 //! process's minor page faults per timed run (Linux, `/proc/self/stat`), to tell work
 //! from first touches of freshly mapped memory.
+//!
+//! `VARIANTS=fused,ahead,fused+k0` runs each configuration under each variant in turn, one
+//! run of each per round, `<runs>` rounds, and prints each variant's median and the median
+//! over rounds of its time over the first variant's: on a host whose speed drifts from one
+//! minute to the next, runs milliseconds apart compare better than processes a minute
+//! apart. A variant is settings joined by `+`: `fused` or `ahead` (the input projection,
+//! Note [Input projection]), `k<N>` (reduction chunks of N steps, `k0` one chunk: Note
+//! [Reduction chunks]), `avx512`, `avx2` or `portable` (the SIMD level).
 
 use std::time::Instant;
 
+use burn_fused_rnn_core::cpu::projection::{with_input_projection, with_k_chunk, InputProjection};
+use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
 use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
 use burn_fused_rnn_core::random::SplitMix64;
 use burn_fused_rnn_core::{DropoutSpec, RnnDescriptor, RnnMode, RnnSpec};
@@ -80,12 +90,71 @@ fn minor_faults() -> u64 {
         .unwrap_or(0)
 }
 
+/// Settings forced for some runs (`VARIANTS`).
+struct Variant {
+    name: String,
+    projection: Option<InputProjection>,
+    k_chunk: Option<usize>,
+    level: Option<SimdLevel>,
+}
+
+impl Variant {
+    fn parse(name: &str) -> Variant {
+        let mut variant = Variant {
+            name: name.trim().to_string(),
+            projection: None,
+            k_chunk: None,
+            level: None,
+        };
+        for setting in variant.name.clone().split('+') {
+            if let Some(p) = InputProjection::ALL
+                .into_iter()
+                .find(|p| p.name() == setting)
+            {
+                variant.projection = Some(p);
+            } else if let Some(l) = SimdLevel::ALL.into_iter().find(|l| l.name() == setting) {
+                variant.level = Some(l);
+            } else if let Some(k) = setting.strip_prefix('k').and_then(|k| k.parse().ok()) {
+                variant.k_chunk = Some(if k == 0 { usize::MAX } else { k });
+            } else {
+                panic!("VARIANTS: expected fused, ahead, k<N>, avx512, avx2 or portable, got {setting}");
+            }
+        }
+        variant
+    }
+
+    /// `f` under this variant's settings.
+    fn run(&self, f: &dyn Fn() -> f64) -> f64 {
+        let f = || match self.k_chunk {
+            Some(k) => with_k_chunk(k, f),
+            None => f(),
+        };
+        let f = || match self.projection {
+            Some(p) => with_input_projection(p, f),
+            None => f(),
+        };
+        match self.level {
+            Some(l) => with_simd_level(l, f),
+            None => f(),
+        }
+    }
+}
+
+/// The median of `times` (sorted in place).
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
 fn main() {
     let faults = std::env::var("FAULTS").is_ok_and(|v| v == "1");
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: kernel_times <runs> <mode,H,B,T,pass[,layers[,bi]]>...";
     let runs: usize = args.first().and_then(|r| r.parse().ok()).expect(usage);
     assert!(args.len() > 1, "{usage}");
+    let variants: Option<Vec<Variant>> = std::env::var("VARIANTS")
+        .ok()
+        .map(|v| v.split(',').map(Variant::parse).collect());
     for spec in &args[1..] {
         let (desc, pass) = parse(spec);
         let h = desc.spec.d_hidden;
@@ -98,12 +167,7 @@ fn main() {
             c0: None,
             w: &w,
         };
-        let mut times = Vec::with_capacity(runs);
-        let mut faults_before = 0;
-        for run in 0..runs + 2 {
-            if run == 2 {
-                faults_before = minor_faults();
-            }
+        let run_once = || {
             let start = Instant::now();
             match pass.as_str() {
                 "fwd" => {
@@ -126,19 +190,51 @@ fn main() {
                 }
                 other => panic!("expected a pass fwd, fwdtrain or train, got {other}"),
             }
+            start.elapsed().as_secs_f64() * 1e3
+        };
+        if let Some(variants) = &variants {
+            // times[v][round]
+            let mut times = vec![Vec::with_capacity(runs); variants.len()];
+            for round in 0..runs + 2 {
+                for (v, variant) in variants.iter().enumerate() {
+                    let t = variant.run(&run_once);
+                    if round >= 2 {
+                        times[v].push(t);
+                    }
+                }
+            }
+            let mut line = spec.to_string();
+            for (v, variant) in variants.iter().enumerate() {
+                let mut ratios: Vec<f64> = (0..runs).map(|r| times[v][r] / times[0][r]).collect();
+                line += &format!(
+                    " {} {:.3} ({:.3})",
+                    variant.name,
+                    median(&mut times[v]),
+                    median(&mut ratios)
+                );
+            }
+            println!("{line}");
+            continue;
+        }
+        let mut times = Vec::with_capacity(runs);
+        let mut faults_before = 0;
+        for run in 0..runs + 2 {
+            if run == 2 {
+                faults_before = minor_faults();
+            }
+            let t = run_once();
             if run >= 2 {
-                times.push(start.elapsed().as_secs_f64() * 1e3);
+                times.push(t);
             }
         }
         let faulted = minor_faults().saturating_sub(faults_before);
-        times.sort_by(f64::total_cmp);
         match faults {
             true => println!(
                 "{spec} {:.3} ({} faults per run)",
-                times[times.len() / 2],
+                median(&mut times),
                 faulted / runs.max(1) as u64
             ),
-            false => println!("{spec} {:.3}", times[times.len() / 2]),
+            false => println!("{spec} {:.3}", median(&mut times)),
         }
     }
 }
