@@ -23,9 +23,10 @@
 //! run of each per round, `<runs>` rounds, and prints each variant's median and the median
 //! over rounds of its time over the first variant's: on a host whose speed drifts from one
 //! minute to the next, runs milliseconds apart compare better than processes a minute
-//! apart. A variant is settings joined by `+`: `fused` or `ahead` (the input projection,
-//! Note [Input projection]), `k<N>` (reduction chunks of N steps, `k0` one chunk: Note
-//! [Reduction chunks]), `avx512`, `avx2` or `portable` (the SIMD level).
+//! apart. A variant is settings joined by `+`: `auto` (nothing forced: the kernel's own
+//! choices), `fused` or `ahead` (the input projection, Note [Input projection]), `k<N>`
+//! (reduction chunks of N steps, `k0` one chunk: Note [Reduction chunks]), `avx512`,
+//! `avx2` or `portable` (the SIMD level).
 
 use std::time::Instant;
 
@@ -107,7 +108,9 @@ impl Variant {
             level: None,
         };
         for setting in variant.name.clone().split('+') {
-            if let Some(p) = InputProjection::ALL
+            if setting == "auto" {
+                continue;
+            } else if let Some(p) = InputProjection::ALL
                 .into_iter()
                 .find(|p| p.name() == setting)
             {
@@ -117,7 +120,7 @@ impl Variant {
             } else if let Some(k) = setting.strip_prefix('k').and_then(|k| k.parse().ok()) {
                 variant.k_chunk = Some(if k == 0 { usize::MAX } else { k });
             } else {
-                panic!("VARIANTS: expected fused, ahead, k<N>, avx512, avx2 or portable, got {setting}");
+                panic!("VARIANTS: expected auto, fused, ahead, k<N>, avx512, avx2 or portable, got {setting}");
             }
         }
         variant
@@ -203,14 +206,18 @@ fn main() {
                     }
                 }
             }
+            // Each round's ratios, before `median` sorts the times out of their rounds.
+            let mut ratios: Vec<Vec<f64>> = times
+                .iter()
+                .map(|t| (0..runs).map(|r| t[r] / times[0][r]).collect())
+                .collect();
             let mut line = spec.to_string();
             for (v, variant) in variants.iter().enumerate() {
-                let mut ratios: Vec<f64> = (0..runs).map(|r| times[v][r] / times[0][r]).collect();
                 line += &format!(
                     " {} {:.3} ({:.3})",
                     variant.name,
                     median(&mut times[v]),
-                    median(&mut ratios)
+                    median(&mut ratios[v])
                 );
             }
             println!("{line}");

@@ -95,9 +95,14 @@ fn split_directions<T>(out: &mut [T], nd: usize, p: usize) -> Vec<OutRows<'_, T>
 /// How each direction of a layer with `in_size` inputs runs its scan: the rows of each part
 /// of the batch whose whole scan runs on one thread (Note [Fused step]), and whether the
 /// input is projected ahead (Note [Input projection]). `skip`: the layer has no `W_ih`
-/// (skip input). The packed weights kept across calls follow the same choice (Note [Packed
+/// (skip input); `elem`: bytes per weight. The packed weights kept across calls follow the same choice (Note [Packed
 /// weights across calls] in `super::prepared`).
-pub(crate) fn scan_shape(plan: &Plan<'_>, in_size: usize, skip: bool) -> (usize, InputProjection) {
+pub(crate) fn scan_shape(
+    plan: &Plan<'_>,
+    in_size: usize,
+    skip: bool,
+    elem: usize,
+) -> (usize, InputProjection) {
     let (batch, gh) = (plan.b, plan.gh());
     let parts = scan_threads(
         direction_threads(plan),
@@ -105,10 +110,13 @@ pub(crate) fn scan_shape(plan: &Plan<'_>, in_size: usize, skip: bool) -> (usize,
         plan.t * gh * (plan.p + in_size),
     );
     let chunk = batch.div_ceil(parts).max(1);
+    let fused_bytes = (in_size + plan.p) * gh * elem;
     let projection = projection::choose(
         plan.projection,
         skip,
         [plan.t, chunk, tile_rows(plan.level)],
+        [fused_bytes, CacheSizes::detected().l2],
+        projection::slow_l3(),
     );
     (chunk, projection)
 }
@@ -260,7 +268,7 @@ impl<T: Lane + Kept> Direction<'_, T> {
         let (batch, h, p) = (plan.b, plan.h, plan.p);
         let (bias, b_hn) = biases(plan, &self.w);
         let skip = self.w.w_ih.is_none();
-        let (chunk, projection) = scan_shape(plan, self.in_size, skip);
+        let (chunk, projection) = scan_shape(plan, self.in_size, skip, size_of::<T>());
         let ahead = projection == InputProjection::Ahead;
         let owned;
         let packed = match self.packed {

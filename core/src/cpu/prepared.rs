@@ -87,7 +87,7 @@ static CACHE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 fn ahead<T>(plan: &Plan<'_>, w: &[T], layer: usize) -> bool {
     let skip = plan.weights(w, layer, 0).w_ih.is_none();
     let in_size = plan.spec.layer_input_size(layer);
-    scan_shape(plan, in_size, skip).1 == InputProjection::Ahead
+    scan_shape(plan, in_size, skip, size_of::<T>()).1 == InputProjection::Ahead
 }
 
 /// Every pseudo-layer's weights packed at the plan's level for what its scan reads:

@@ -35,7 +35,20 @@
 //! 1.66). So `choose` takes `Ahead` when `nb ≤ MR / 3` (2 rows at AVX-512, 1 at AVX2),
 //! from what the machine reports (its SIMD level) and the call's sizes; a first version
 //! that chose by whether the packed `[W_ih | W_hh]` fits in the L2 was slower at B32
-//! (1.2–1.5×) and was dropped. The block of steps projected at once is sized from the L2
+//! (1.2–1.5×) and was dropped. On Intel's cores it is kept in a narrower form (`slow_l3`,
+//! read from CPUID): there `choose` also takes `Ahead` when the packed `[W_ih | W_hh]` takes
+//! more than half of one core's L2 and one thread's scan carries at most three tiles of
+//! rows (18 at AVX-512). Measured on an Emerald Rapids class Xeon (2 MiB of L2 per core,
+//! L3 over a mesh), in runs alternated inside one process (docs/BENCHMARKS.md, "the
+//! blocking choices in paired runs"), forced ahead took 0.91–0.99× the fused pass's time
+//! at LSTM H256 B32 on two threads (16 rows each; five processes), 0.91–0.96× at B16,
+//! 0.95–0.96× at H384 B32, but 1.04–1.05× at H256 B64 and 1.06–1.08× at H512 B64 (32 rows
+//! each, where each panel chunk read from L3 serves more tiles), and 1.07–1.09× at H128
+//! (512 KiB of weights, which stay in the L2); the kernel with this rule took 0.93–0.96×
+//! the fused pass's time at H256 B32, 0.79–0.86× at B16 and 0.95–0.97× at H512 B32, and
+//! 0.96–1.00× for the training forward. On AMD's cores (Zen 5: the numbers above) the
+//! fused pass stays.
+//! The block of steps projected at once is sized from the L2
 //! the CPU reports (`block_steps`, read by the `gemm` crate's detection,
 //! `gemm_common::cache::CACHE_INFO`). A one-step call (decoding) always runs `Fused` (no
 //! block of steps to project), and so does skip input (no `W_ih`). An inference call whose
@@ -253,12 +266,17 @@ impl CacheSizes {
 
 /// The projection of one layer and direction (Note [Input projection]): `forced` if a
 /// caller forced one, else `Ahead` when one thread's scan carries at most `tile / 3`
-/// rows (`rows`; `tile`: the microkernel's tile height at the call's SIMD level);
-/// `Fused` for one step, skip input, or weights packed in advance (`fixed`).
+/// rows (`rows`; `tile`: the microkernel's tile height at the call's SIMD level), or, on a
+/// CPU whose weights stream slowly from L3 (`slow_l3`: [`slow_l3`]), when the packed
+/// `[W_ih | W_hh]` (`fused_bytes`) takes more than half of one core's L2 (`l2`) and the scan
+/// carries at most `3 · tile` rows; `Fused` for one step, skip input, or weights packed in
+/// advance (`fixed`).
 pub(crate) fn choose(
     forced: Option<InputProjection>,
     fixed: bool,
     [steps, rows, tile]: [usize; 3],
+    [fused_bytes, l2]: [usize; 2],
+    slow_l3: bool,
 ) -> InputProjection {
     if fixed || steps < 2 {
         return InputProjection::Fused;
@@ -266,11 +284,33 @@ pub(crate) fn choose(
     if let Some(forced) = forced {
         return forced;
     }
-    if rows <= (tile / 3).max(1) {
+    let few_rows = rows <= (tile / 3).max(1);
+    let streamed = slow_l3 && fused_bytes > l2 / 2 && rows <= 3 * tile;
+    if few_rows || streamed {
         InputProjection::Ahead
     } else {
         InputProjection::Fused
     }
+}
+
+/// Whether this CPU's cores read weights that do not stay in their L2 slowly enough that
+/// the step products gain from streaming half of them (Note [Input projection]): an Intel
+/// core (measured on an Emerald Rapids class Xeon, whose cores reach L3 over a mesh), not an
+/// AMD one (Zen 5, where the fused pass was faster at LSTM H256 B32), read once from CPUID.
+pub fn slow_l3() -> bool {
+    static SLOW: OnceLock<bool> = OnceLock::new();
+    *SLOW.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            raw_cpuid::CpuId::new()
+                .get_vendor_info()
+                .is_some_and(|v| v.as_str() == "GenuineIntel")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
 }
 
 /// Steps per block of `Ahead` (Note [Input projection]): the block's projected rows
@@ -304,23 +344,87 @@ mod tests {
             (3, InputProjection::Fused),
             (16, InputProjection::Fused),
         ] {
-            assert_eq!(choose(None, false, [50, rows, 6]), want, "{rows} rows");
+            for slow_l3 in [false, true] {
+                let got = choose(None, false, [50, rows, 6], SMALL, slow_l3);
+                assert_eq!(got, want, "{rows} rows, slow L3 {slow_l3}");
+            }
         }
         // AVX2 / portable tiles of 3 rows: ahead for 1 row only.
-        assert_eq!(choose(None, false, [50, 1, 3]), InputProjection::Ahead);
-        assert_eq!(choose(None, false, [50, 2, 3]), InputProjection::Fused);
-        // One step, skip input or prepared weights: fused, forced or not.
-        for forced in [None, Some(InputProjection::Ahead)] {
-            assert_eq!(choose(forced, true, [50, 1, 6]), InputProjection::Fused);
-            assert_eq!(choose(forced, false, [1, 1, 6]), InputProjection::Fused);
-        }
-        // Forced: wins where both paths exist.
         assert_eq!(
-            choose(Some(InputProjection::Ahead), false, [50, 32, 6]),
+            choose(None, false, [50, 1, 3], SMALL, false),
             InputProjection::Ahead
         );
         assert_eq!(
-            choose(Some(InputProjection::Fused), false, [50, 1, 6]),
+            choose(None, false, [50, 2, 3], SMALL, false),
+            InputProjection::Fused
+        );
+        // One step, skip input or prepared weights: fused, forced or not.
+        for forced in [None, Some(InputProjection::Ahead)] {
+            assert_eq!(
+                choose(forced, true, [50, 1, 6], LARGE, true),
+                InputProjection::Fused
+            );
+            assert_eq!(
+                choose(forced, false, [1, 1, 6], LARGE, true),
+                InputProjection::Fused
+            );
+        }
+        // Forced: wins where both paths exist.
+        assert_eq!(
+            choose(
+                Some(InputProjection::Ahead),
+                false,
+                [50, 32, 6],
+                SMALL,
+                false
+            ),
+            InputProjection::Ahead
+        );
+        assert_eq!(
+            choose(
+                Some(InputProjection::Fused),
+                false,
+                [50, 16, 6],
+                LARGE,
+                true
+            ),
+            InputProjection::Fused
+        );
+    }
+
+    /// `[fused_bytes, l2]`: LSTM H256 f32 (`[W_ih | W_hh]` 2 MiB) on a 2 MiB L2, and H128
+    /// (512 KiB) on the same.
+    const LARGE: [usize; 2] = [2 << 20, 2 << 20];
+    const SMALL: [usize; 2] = [512 << 10, 2 << 20];
+
+    #[test]
+    fn weights_streamed_from_l3_project_ahead_up_to_three_tiles_of_rows() {
+        // Intel (slow L3), weights over half the L2: ahead up to 18 rows per thread
+        // (AVX-512 tiles of 6), fused from 19; AVX2's tiles of 3: up to 9.
+        for (rows, tile, want) in [
+            (8, 6, InputProjection::Ahead),
+            (16, 6, InputProjection::Ahead),
+            (18, 6, InputProjection::Ahead),
+            (19, 6, InputProjection::Fused),
+            (32, 6, InputProjection::Fused),
+            (9, 3, InputProjection::Ahead),
+            (10, 3, InputProjection::Fused),
+        ] {
+            let got = choose(None, false, [50, rows, tile], LARGE, true);
+            assert_eq!(got, want, "{rows} rows, tiles of {tile}");
+        }
+        // Weights within half the L2, or a CPU whose L3 streams fast (AMD): fused.
+        assert_eq!(
+            choose(None, false, [50, 16, 6], SMALL, true),
+            InputProjection::Fused
+        );
+        assert_eq!(
+            choose(None, false, [50, 16, 6], LARGE, false),
+            InputProjection::Fused
+        );
+        // Exactly half the L2 is not over it.
+        assert_eq!(
+            choose(None, false, [50, 16, 6], [1 << 20, 2 << 20], true),
             InputProjection::Fused
         );
     }
