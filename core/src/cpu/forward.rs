@@ -95,8 +95,8 @@ fn split_directions<T>(out: &mut [T], nd: usize, p: usize) -> Vec<OutRows<'_, T>
 /// How each direction of a layer with `in_size` inputs runs its scan: the rows of each part
 /// of the batch whose whole scan runs on one thread (Note [Fused step]), and whether the
 /// input is projected ahead (Note [Input projection]). `skip`: the layer has no `W_ih`
-/// (skip input); `elem`: bytes per weight. The packed weights kept across calls follow the same choice (Note [Packed
-/// weights across calls] in `super::prepared`).
+/// (skip input); `elem`: bytes per weight. The packed weights kept across calls follow the
+/// same choice (Note [Packed weights across calls] in `super::prepared`).
 pub(crate) fn scan_shape(
     plan: &Plan<'_>,
     in_size: usize,

@@ -47,9 +47,9 @@
 //! (512 KiB of weights, which stay in the L2); the kernel with this rule took 0.93–0.96×
 //! the fused pass's time at H256 B32, 0.79–0.86× at B16 and 0.95–0.97× at H512 B32, and
 //! 0.96–1.00× for the training forward. On AMD's cores (Zen 5: the numbers above) the
-//! fused pass stays.
-//! The block of steps projected at once is sized from the L2
-//! the CPU reports (`block_steps`, read by the `gemm` crate's detection,
+//! fused pass stays. Intel's client cores (a ring to the L3, not a mesh) have not been
+//! measured; they follow the server part's rule. The block of steps projected at once is
+//! sized from the L2 the CPU reports (`block_steps`, read by the `gemm` crate's detection,
 //! `gemm_common::cache::CACHE_INFO`). A one-step call (decoding) always runs `Fused` (no
 //! block of steps to project), and so does skip input (no `W_ih`). An inference call whose
 //! packed weights come from the cache across calls makes the same choice: the cache packs
@@ -295,8 +295,9 @@ pub(crate) fn choose(
 
 /// Whether this CPU's cores read weights that do not stay in their L2 slowly enough that
 /// the step products gain from streaming half of them (Note [Input projection]): an Intel
-/// core (measured on an Emerald Rapids class Xeon, whose cores reach L3 over a mesh), not an
-/// AMD one (Zen 5, where the fused pass was faster at LSTM H256 B32), read once from CPUID.
+/// core (measured on an Emerald Rapids class Xeon, whose cores reach L3 over a mesh; the
+/// client cores, on a ring, unmeasured), not an AMD one (Zen 5, where the fused pass was
+/// faster at LSTM H256 B32), read once from CPUID.
 pub fn slow_l3() -> bool {
     static SLOW: OnceLock<bool> = OnceLock::new();
     *SLOW.get_or_init(|| {
