@@ -25,12 +25,15 @@
 //! minute to the next, runs milliseconds apart compare better than processes a minute
 //! apart. A variant is settings joined by `+`: `auto` (nothing forced: the kernel's own
 //! choices), `fused` or `ahead` (the input projection, Note [Input projection]), `k<N>`
-//! (reduction chunks of N steps, `k0` one chunk: Note [Reduction chunks]), `avx512`,
-//! `avx2` or `portable` (the SIMD level).
+//! (reduction chunks of N steps, `k0` one chunk: Note [Reduction chunks]), `b<N>` (blocks
+//! of N steps where the input is projected ahead), `avx512`, `avx2` or `portable` (the SIMD
+//! level).
 
 use std::time::Instant;
 
-use burn_fused_rnn_core::cpu::projection::{with_input_projection, with_k_chunk, InputProjection};
+use burn_fused_rnn_core::cpu::projection::{
+    with_input_projection, with_k_chunk, with_projection_block, InputProjection,
+};
 use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
 use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
 use burn_fused_rnn_core::random::SplitMix64;
@@ -96,6 +99,8 @@ struct Variant {
     name: String,
     projection: Option<InputProjection>,
     k_chunk: Option<usize>,
+    /// Steps projected at once (`b<N>`, Note [Input projection]).
+    block: Option<usize>,
     level: Option<SimdLevel>,
 }
 
@@ -105,6 +110,7 @@ impl Variant {
             name: name.trim().to_string(),
             projection: None,
             k_chunk: None,
+            block: None,
             level: None,
         };
         for setting in variant.name.clone().split('+') {
@@ -119,8 +125,10 @@ impl Variant {
                 variant.level = Some(l);
             } else if let Some(k) = setting.strip_prefix('k').and_then(|k| k.parse().ok()) {
                 variant.k_chunk = Some(if k == 0 { usize::MAX } else { k });
+            } else if let Some(b) = setting.strip_prefix('b').and_then(|b| b.parse().ok()) {
+                variant.block = Some(b);
             } else {
-                panic!("VARIANTS: expected auto, fused, ahead, k<N>, avx512, avx2 or portable, got {setting}");
+                panic!("VARIANTS: expected auto, fused, ahead, k<N>, b<N>, avx512, avx2 or portable, got {setting}");
             }
         }
         variant
@@ -130,6 +138,10 @@ impl Variant {
     fn run(&self, f: &dyn Fn() -> f64) -> f64 {
         let f = || match self.k_chunk {
             Some(k) => with_k_chunk(k, f),
+            None => f(),
+        };
+        let f = || match self.block {
+            Some(b) => with_projection_block(b, f),
             None => f(),
         };
         let f = || match self.projection {

@@ -381,16 +381,19 @@ impl<T: Lane + Kept> Direction<'_, T> {
             spare: Vec::new(),
         };
         let steps: Vec<usize> = plan.scan(self.d).collect();
+        // Note [Projection beside the scan] where threads are free for it.
+        let beside = shared.ahead && shared.gemm_threads > 1;
         let block = match shared.ahead {
             true => plan.projection_block.unwrap_or_else(|| {
                 projection::block_steps(
                     [steps.len(), nb, gh, core::mem::size_of::<T>()],
+                    projection::block_rows(nb, tile_rows(plan.level), beside),
                     shared.cache,
                 )
             }),
             false => steps.len().max(1),
         };
-        let pipelined = shared.ahead && shared.gemm_threads > 1 && steps.len() > block;
+        let pipelined = beside && steps.len() > block;
         // Beside the scan, two blocks are alive at once: half a block each, so that the
         // buffers together stay within the L2 as one block does (and memory stays linear in
         // `T` with the same constant).

@@ -20,7 +20,11 @@
 //!   weights at I = H) and the cell adds the step's projected row where it would add the
 //!   bias. This is what cuDNN, oneDNN and ONNX Runtime do. It costs a buffer of
 //!   `steps·nb·G·H` values, which the steps read back while it is still in cache: blocks
-//!   of steps keep it to `block_steps` (one core's L2), whatever `T`.
+//!   of steps keep it to `block_steps` (one core's L2, but at least `block_rows` rows),
+//!   whatever `T`. (The GEMM writing its rows without the biases, which the cell then
+//!   added, was measured on an Intel Xeon on 2026-11-29 in one process of paired rounds:
+//!   0.99–1.01× at LSTM H256 B32 and B16 and GRU H256 B32, 1.08× for the training
+//!   forward; not kept.)
 //!
 //! Which one wins was measured, not guessed (docs/BENCHMARKS.md, "Input projection"):
 //! it depends on how many rows one thread's scan carries (`nb`: the batch split over the
@@ -50,7 +54,10 @@
 //! fused pass stays. Intel's client cores (a ring to the L3, not a mesh) have not been
 //! measured; they follow the server part's rule. The block of steps projected at once is
 //! sized from the L2 the CPU reports (`block_steps`, read by the `gemm` crate's detection,
-//! `gemm_common::cache::CACHE_INFO`). A one-step call (decoding) always runs `Fused` (no
+//! `gemm_common::cache::CACHE_INFO`), and made taller where the scan carries more than a
+//! few rows and the GEMM runs on its path (`block_rows`: at least 512 rows, since each
+//! block's GEMM packs all of `W_ih` again; the LSTM H512 B32 forward on two threads took
+//! 0.92–0.93× the time with 32-step blocks against the 16 the L2 holds). A one-step call (decoding) always runs `Fused` (no
 //! block of steps to project), and so does skip input (no `W_ih`). An inference call whose
 //! packed weights come from the cache across calls makes the same choice: the cache packs
 //! `W_hh` alone for a layer projected ahead (Note [Packed weights across calls] in
@@ -219,20 +226,36 @@ fn chunk_for_l1(bytes_per_k: usize, cache: CacheSizes) -> usize {
 /// `super::packed`): an AMD core of family 19h (Zen 4, where chunks measured no faster) or
 /// later (Zen 5 is family 1Ah, where one chunk measured faster), read once from CPUID.
 pub fn one_chunk_avx512() -> bool {
-    static ONE: OnceLock<bool> = OnceLock::new();
-    *ONE.get_or_init(|| {
+    cpu_vendor().is_some_and(|(vendor, family)| vendor == Vendor::Amd && family >= 0x19)
+}
+
+/// The two vendors whose cores the blocking choices tell apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+enum Vendor {
+    Amd,
+    Intel,
+    Other,
+}
+
+/// This CPU's vendor and family, read once from CPUID; `None` off x86-64.
+fn cpu_vendor() -> Option<(Vendor, u8)> {
+    static VENDOR: OnceLock<Option<(Vendor, u8)>> = OnceLock::new();
+    *VENDOR.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
             let cpuid = raw_cpuid::CpuId::new();
-            let amd = cpuid
-                .get_vendor_info()
-                .is_some_and(|v| v.as_str() == "AuthenticAMD");
-            let family = cpuid.get_feature_info().map(|f| f.family_id());
-            amd && family.is_some_and(|f| f >= 0x19)
+            let vendor = match cpuid.get_vendor_info() {
+                Some(v) if v.as_str() == "AuthenticAMD" => Vendor::Amd,
+                Some(v) if v.as_str() == "GenuineIntel" => Vendor::Intel,
+                _ => Vendor::Other,
+            };
+            let family = cpuid.get_feature_info().map_or(0, |f| f.family_id());
+            Some((vendor, family))
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            false
+            None
         }
     })
 }
@@ -284,7 +307,7 @@ pub(crate) fn choose(
     if let Some(forced) = forced {
         return forced;
     }
-    let few_rows = rows <= (tile / 3).max(1);
+    let few_rows = few_rows(rows, tile);
     let streamed = slow_l3 && fused_bytes > l2 / 2 && rows <= 3 * tile;
     if few_rows || streamed {
         InputProjection::Ahead
@@ -299,30 +322,59 @@ pub(crate) fn choose(
 /// client cores, on a ring, unmeasured), not an AMD one (Zen 5, where the fused pass was
 /// faster at LSTM H256 B32), read once from CPUID.
 pub fn slow_l3() -> bool {
-    static SLOW: OnceLock<bool> = OnceLock::new();
-    *SLOW.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            raw_cpuid::CpuId::new()
-                .get_vendor_info()
-                .is_some_and(|v| v.as_str() == "GenuineIntel")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
+    cpu_vendor().is_some_and(|(vendor, _)| vendor == Vendor::Intel)
+}
+
+/// The fewest rows of a block projected ahead whose buffer should stay in the L2 (see
+/// [`block_rows`]): enough for a product tall enough to run near peak.
+pub(crate) const CACHED_ROWS: usize = 128;
+
+/// The fewest rows of a block projected ahead on the scan's path with more than a few rows
+/// per step (see [`block_rows`]).
+pub(crate) const TALL_ROWS: usize = 512;
+
+/// Whether one thread's scan of `rows` rows per step counts as few rows for the
+/// microkernel's tile of `tile` rows (Note [Input projection]): each `k` then loads its
+/// panel vectors for a row or two of multiply-adds, and each step waits on its reads.
+pub(crate) fn few_rows(rows: usize, tile: usize) -> bool {
+    rows <= (tile / 3).max(1)
+}
+
+/// The fewest rows of a block projected ahead (Note [Input projection]) for a scan of
+/// `rows` rows per step at a tile of `tile` rows. [`CACHED_ROWS`] where the block's
+/// buffer should stay in the L2: beside the scan (`beside`, Note [Projection beside the
+/// scan]) the block's GEMM is off the scan's path, and a scan of few rows ([`few_rows`])
+/// waits on each read of its projected rows. [`TALL_ROWS`] otherwise: there the scan is
+/// bound by its multiply-adds, and each block's GEMM, on the scan's path, packs all of
+/// `W_ih` again. Measured on an Intel Xeon (Emerald Rapids class, 2 MiB L2, two threads of
+/// 16 rows each, kernel alone, paired rounds; docs/BENCHMARKS.md, "taller blocks"): at
+/// LSTM H512 B32 T50 (4 MiB of `W_ih`, 16 steps in the L2) blocks of 32 steps (512 rows)
+/// took 0.92–0.93× the time of 16 steps in three processes, the training forward
+/// 0.93–1.00×, forward and backward 0.97–0.98×; the GRU H512 B32 (21 steps in the L2)
+/// 0.97×, the LSTM H384 B32 (21) 0.99×; 64 steps (1024 rows) took 0.98–1.01× the time of
+/// 32 at H512, but 1.04× the time of 64 at LSTM H256 B16 T200 (8 rows per thread: 128
+/// steps against the 64 the L2 holds) and, for a scan of one row, 1.02–1.03× at B = 1 on
+/// one thread (1024 steps against 512), so the floor is 512 rows and few rows keep the L2.
+pub(crate) fn block_rows(rows: usize, tile: usize, beside: bool) -> usize {
+    match beside || few_rows(rows, tile) {
+        true => CACHED_ROWS,
+        false => TALL_ROWS,
+    }
 }
 
 /// Steps per block of `Ahead` (Note [Input projection]): the block's projected rows
 /// (`batch · gh` elements of `elem` bytes per step) within one core's L2, so that the steps
-/// read them back from cache and the buffer stays a constant (memory grows with `T` only
-/// through what the call returns and keeps), but at least enough steps for 128 rows (a
-/// product tall enough to run near peak), and at most `steps`.
-pub(crate) fn block_steps([steps, batch, gh, elem]: [usize; 4], cache: CacheSizes) -> usize {
+/// read them back from cache, but at least enough steps for `min_rows` rows
+/// ([`block_rows`]), and at most `steps`. Either way the buffer is a
+/// constant (memory grows with `T` only through what the call returns and keeps).
+pub(crate) fn block_steps(
+    [steps, batch, gh, elem]: [usize; 4],
+    min_rows: usize,
+    cache: CacheSizes,
+) -> usize {
     let per_step = batch.saturating_mul(gh).saturating_mul(elem).max(1);
     let by_cache = cache.l2 / per_step;
-    let by_rows = 128usize.div_ceil(batch.max(1));
+    let by_rows = min_rows.div_ceil(batch.max(1));
     by_cache.max(by_rows).clamp(1, steps.max(1))
 }
 
@@ -432,16 +484,49 @@ mod tests {
 
     #[test]
     fn blocks_stay_in_cache_but_tall_enough() {
-        // 2 rows of 1024 f32 = 8 KiB per step: 128 steps in 1 MiB.
-        assert_eq!(block_steps([500, 2, 1024, 4], ZEN4), 128);
-        assert_eq!(block_steps([10, 2, 1024, 4], ZEN4), 10);
+        // In the L2: 2 rows of 1024 f32 = 8 KiB per step, 128 steps in 1 MiB.
+        assert_eq!(block_steps([500, 2, 1024, 4], CACHED_ROWS, ZEN4), 128);
+        assert_eq!(block_steps([10, 2, 1024, 4], CACHED_ROWS, ZEN4), 10);
         // 32 rows = 128 KiB per step: 8 steps in 1 MiB, 4 make the 128 rows.
-        assert_eq!(block_steps([50, 32, 1024, 4], ZEN4), 8);
-        // B = 1, H = 32 (LSTM): 512 bytes per step, 2048 steps, however long the sequence.
-        assert_eq!(block_steps([10_000, 1, 128, 4], ZEN4), 2048);
-        // Huge steps: still 128 rows.
-        assert_eq!(block_steps([50, 64, 16384, 4], ZEN4), 2);
-        assert_eq!(block_steps([50, 512, 16384, 4], ZEN4), 1);
+        assert_eq!(block_steps([50, 32, 1024, 4], CACHED_ROWS, ZEN4), 8);
+        // Tall: the same steps take 16 (512 rows), or all of a shorter call.
+        assert_eq!(block_steps([50, 32, 1024, 4], TALL_ROWS, ZEN4), 16);
+        assert_eq!(block_steps([10, 32, 1024, 4], TALL_ROWS, ZEN4), 10);
+        // 16 rows of LSTM H512 (2048 f32 each) on a 2 MiB L2: 16 steps by the cache, 32
+        // (512 rows) tall.
+        let l2_2mib = CacheSizes {
+            l2: 2 << 20,
+            ..ZEN4
+        };
+        assert_eq!(block_steps([500, 16, 2048, 4], CACHED_ROWS, l2_2mib), 16);
+        assert_eq!(block_steps([500, 16, 2048, 4], TALL_ROWS, l2_2mib), 32);
+        // B = 1, H = 32 (LSTM): 512 bytes per step, 2048 steps by the cache either way,
+        // however long the sequence.
+        assert_eq!(block_steps([10_000, 1, 128, 4], CACHED_ROWS, ZEN4), 2048);
+        assert_eq!(block_steps([10_000, 1, 128, 4], TALL_ROWS, ZEN4), 2048);
+        // Huge steps: still the fewest rows.
+        assert_eq!(block_steps([50, 64, 16384, 4], CACHED_ROWS, ZEN4), 2);
+        assert_eq!(block_steps([50, 512, 16384, 4], CACHED_ROWS, ZEN4), 1);
+        assert_eq!(block_steps([50, 256, 16384, 4], CACHED_ROWS, ZEN4), 1);
+        assert_eq!(block_steps([50, 256, 16384, 4], TALL_ROWS, ZEN4), 2);
+    }
+
+    #[test]
+    fn blocks_are_tall_on_the_scans_path_with_many_rows() {
+        // AVX-512 tile (6 rows): one or two rows per step, or beside the scan: in the L2.
+        for rows in [1, 2] {
+            assert_eq!(block_rows(rows, 6, false), CACHED_ROWS);
+        }
+        for rows in [1, 3, 16, 64] {
+            assert_eq!(block_rows(rows, 6, true), CACHED_ROWS);
+        }
+        // Three rows or more on the scan's path: tall.
+        for rows in [3, 16, 64] {
+            assert_eq!(block_rows(rows, 6, false), TALL_ROWS);
+        }
+        // AVX2 tile (3 rows): one row is few, two are not.
+        assert_eq!(block_rows(1, 3, false), CACHED_ROWS);
+        assert_eq!(block_rows(2, 3, false), TALL_ROWS);
     }
 
     #[test]
