@@ -128,7 +128,9 @@ impl Variant {
             } else if let Some(b) = setting.strip_prefix('b').and_then(|b| b.parse().ok()) {
                 variant.block = Some(b);
             } else {
-                panic!("VARIANTS: expected auto, fused, ahead, k<N>, b<N>, avx512, avx2 or portable, got {setting}");
+                panic!(
+                    "VARIANTS: expected auto, fused, ahead, k<N>, b<N>, avx512, avx2 or portable, got {setting}"
+                );
             }
         }
         variant

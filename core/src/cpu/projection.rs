@@ -57,11 +57,11 @@
 //! `gemm_common::cache::CACHE_INFO`), and made taller where the scan carries more than a
 //! few rows and the GEMM runs on its path (`block_rows`: at least 512 rows, since each
 //! block's GEMM packs all of `W_ih` again; the LSTM H512 B32 forward on two threads took
-//! 0.92–0.93× the time with 32-step blocks against the 16 the L2 holds). A one-step call (decoding) always runs `Fused` (no
-//! block of steps to project), and so does skip input (no `W_ih`). An inference call whose
-//! packed weights come from the cache across calls makes the same choice: the cache packs
-//! `W_hh` alone for a layer projected ahead (Note [Packed weights across calls] in
-//! `super::prepared`). Until 2026-11-27 it always packed `[W_ih | W_hh]`, which forced
+//! 0.92–0.93× the time with 32-step blocks against the 16 the L2 holds). A one-step call
+//! (decoding) always runs `Fused` (no block of steps to project), and so does skip input
+//! (no `W_ih`). An inference call whose packed weights come from the cache across calls
+//! makes the same choice: the cache packs `W_hh` alone for a layer projected ahead (Note
+//! [Packed weights across calls] in `super::prepared`). Until 2026-11-27 it always packed `[W_ih | W_hh]`, which forced
 //! every inference call through a front-end onto `Fused`: the LSTM H32 B1 T10000 forward
 //! through Flex took 2.77 ms against 2.33 for the kernel alone.
 //!
@@ -365,8 +365,8 @@ pub(crate) fn block_rows(rows: usize, tile: usize, beside: bool) -> usize {
 /// Steps per block of `Ahead` (Note [Input projection]): the block's projected rows
 /// (`batch · gh` elements of `elem` bytes per step) within one core's L2, so that the steps
 /// read them back from cache, but at least enough steps for `min_rows` rows
-/// ([`block_rows`]), and at most `steps`. Either way the buffer is a
-/// constant (memory grows with `T` only through what the call returns and keeps).
+/// ([`block_rows`]), and at most `steps`. Either way the buffer is a constant (memory
+/// grows with `T` only through what the call returns and keeps).
 pub(crate) fn block_steps(
     [steps, batch, gh, elem]: [usize; 4],
     min_rows: usize,
