@@ -62,6 +62,8 @@ mod float;
 mod forward;
 mod gemm;
 mod packed;
+#[doc(hidden)]
+pub mod parts;
 mod plan;
 mod prepared;
 pub mod projection;
