@@ -1,6 +1,9 @@
 //! The fused op on the CPU backends (NdArray, Flex) against burn-nn's modules on the same
 //! backend, in one run: inference forward, training step (forward + backward of `sum(y)`
-//! under `Autodiff`), and the peak heap of one training step.
+//! under `Autodiff`), and the peak heap of one training step. The fused op's training step
+//! is timed twice: `train` with `x` requiring a gradient (as when an embedding feeds the
+//! layer), `train_data` without (a layer that reads data: its backward skips `x`'s
+//! gradient, the core crate's Note [Gradients not wanted]).
 //!
 //! Run, then time PyTorch on the same cores and print the ratio table:
 //!
@@ -223,6 +226,11 @@ where
         drop(heap);
         if timed {
             group.bench_function(BenchmarkId::new("fused", "train"), |b| b.iter(fused_step));
+            let data = x.clone().detach();
+            let data_step = || fused_tr.forward(data.clone(), None).0.sum().backward();
+            group.bench_function(BenchmarkId::new("fused", "train_data"), |b| {
+                b.iter(data_step)
+            });
         }
         if timed && nn_train {
             group.bench_function(BenchmarkId::new("burn_nn", "train"), |b| b.iter(nn_step));

@@ -56,7 +56,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for group in groups:
         backend, config = group[len("cpu_"):].split("_", 1)
-        for pas in ["fwd", "train"]:
+        for pas in ["fwd", "train", "train_data"]:
             fused = median_ms(group, "fused", pas)
             nn = median_ms(group, "burn_nn", pas)
             pt = torch["configs"].get(config, {}).get(pas)

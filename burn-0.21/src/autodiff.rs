@@ -40,7 +40,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorMetadata};
 
 use crate::backend::FusedRnnBackend;
-use crate::descriptor::RnnDescriptor;
+use crate::descriptor::{GradsWanted, RnnDescriptor};
 use crate::op_types::{float, prim};
 use crate::op_types::{RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 
@@ -124,15 +124,22 @@ impl<B: FusedRnnBackend> Backward<B, 4> for FusedRnnBackward {
             c0: s.c0.map(|id| checkpointer.retrieve_node_output(id)),
             weights: checkpointer.retrieve_node_output(s.weights),
         };
+        // Only the tracked parents' gradients are wanted (Note [Gradients not wanted] in
+        // the core crate's kernel).
+        let wanted = GradsWanted {
+            x: node_x.is_some(),
+            weights: node_w.is_some(),
+        };
         let g = B::fused_rnn_backward(
             &s.desc,
             inputs,
             s.output,
             s.reserve,
             RnnOutputGrads { dy, dh_n, dc_n },
+            wanted,
         );
-        if let Some(node) = node_x {
-            grads.register::<B>(node.id, g.dx);
+        if let (Some(node), Some(dx)) = (node_x, g.dx) {
+            grads.register::<B>(node.id, dx);
         }
         if let Some(node) = node_h0 {
             grads.register::<B>(node.id, g.dh0);
@@ -140,8 +147,8 @@ impl<B: FusedRnnBackend> Backward<B, 4> for FusedRnnBackward {
         if let (Some(node), Some(dc0)) = (node_c0, g.dc0) {
             grads.register::<B>(node.id, dc0);
         }
-        if let Some(node) = node_w {
-            grads.register::<B>(node.id, g.dweights);
+        if let (Some(node), Some(dweights)) = (node_w, g.dweights) {
+            grads.register::<B>(node.id, dweights);
         }
     }
 }

@@ -9,7 +9,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::DType;
 
-use crate::descriptor::RnnDescriptor;
+use crate::descriptor::{GradsWanted, RnnDescriptor};
 use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use crate::reference;
 
@@ -53,16 +53,19 @@ pub trait FusedRnnBackend: Backend {
     }
 
     /// Backward pass (BPTT) from the output gradients, using the reserve of the training
-    /// forward that produced `output`. Returns every input gradient in one go, in the
-    /// inputs' dtype.
+    /// forward that produced `output`. Returns the input gradients in one go, in the
+    /// inputs' dtype: every `wanted` one, and `dh0` (and `dc0`) always. A gradient not
+    /// wanted may be skipped (`None`) or computed anyway; the native CPU kernel skips its
+    /// GEMMs (the core crate's Note [Gradients not wanted]), the others compute it.
     fn fused_rnn_backward(
         desc: &RnnDescriptor,
         inputs: RnnInputs<Self>,
         output: RnnOutput<Self>,
         reserve: RnnReserve<Self>,
         grads: RnnOutputGrads<Self>,
+        wanted: GradsWanted,
     ) -> RnnGrads<Self> {
-        reference::backward::<Self>(desc, inputs, output, reserve, grads)
+        reference::backward::<Self>(desc, inputs, output, reserve, grads, wanted)
     }
 
     /// An identity of `t`'s elements that holds while a clone of `t` is alive: two tensors
@@ -112,8 +115,9 @@ macro_rules! implemented_by {
             output: $crate::RnnOutput<Self>,
             reserve: $crate::RnnReserve<Self>,
             grads: $crate::RnnOutputGrads<Self>,
+            wanted: $crate::GradsWanted,
         ) -> $crate::RnnGrads<Self> {
-            $crate::$module::backward::<Self>(desc, inputs, output, reserve, grads)
+            $crate::$module::backward::<Self>(desc, inputs, output, reserve, grads, wanted)
         }
     };
 }

@@ -37,7 +37,7 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime, FusionTensor};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 
 use crate::backend::FusedRnnBackend;
-use crate::descriptor::RnnDescriptor;
+use crate::descriptor::{GradsWanted, RnnDescriptor};
 use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 
 type Handles<B> =
@@ -206,9 +206,12 @@ impl<B: FusionBackend + FusedRnnBackend> Operation<B::FusionRuntime> for Backwar
             dh0,
             dc0,
             dweights,
-        } = self
-            .settings
-            .apply(|| B::fused_rnn_backward(&self.desc, inputs, output, reserve, grads));
+        } = self.settings.apply(|| {
+            let all = GradsWanted::ALL;
+            B::fused_rnn_backward(&self.desc, inputs, output, reserve, grads, all)
+        });
+        // Every gradient is declared as an output, so every one is wanted.
+        let (dx, dweights) = (dx.expect("wanted dx"), dweights.expect("wanted dweights"));
         let names = backward_names(dc0.is_some());
         let tensors: Vec<_> = [dx, dh0].into_iter().chain(dc0).chain([dweights]).collect();
         register_outputs::<B>(handles, &self.ir.id, &names, &self.ir.outputs, tensors);
@@ -315,7 +318,9 @@ impl<B: FusionBackend + FusedRnnBackend> FusedRnnBackend for Fusion<B> {
         output: RnnOutput<Self>,
         reserve: RnnReserve<Self>,
         grads: RnnOutputGrads<Self>,
+        _wanted: GradsWanted,
     ) -> RnnGrads<Self> {
+        // Every gradient is computed: the custom op's outputs are declared up front.
         let present = Present {
             h0: inputs.h0.is_some(),
             c0: inputs.c0.is_some(),
@@ -364,10 +369,10 @@ impl<B: FusionBackend + FusedRnnBackend> FusedRnnBackend for Fusion<B> {
         let dc0 = has_cell.then(|| outs.next().expect("declared dc0"));
         let dweights = outs.next().expect("declared dweights");
         RnnGrads {
-            dx,
+            dx: Some(dx),
             dh0,
             dc0,
-            dweights,
+            dweights: Some(dweights),
         }
     }
 }

@@ -38,7 +38,7 @@ pub use burn_fused_rnn_core::{descriptor, layout, random, spec};
 
 pub use backend::FusedRnnBackend;
 pub use config::FusedRnnConfig;
-pub use descriptor::{DropoutSpec, RnnDescriptor};
+pub use descriptor::{DropoutSpec, GradsWanted, RnnDescriptor};
 pub use layout::{params_size, ParamKind, RnnLayout};
 pub use module::{
     FileProblem, FusedRnn, FusedRnnLoadError, FusedRnnRecord, PreparedRnn, RnnCell, RnnCellRecord,

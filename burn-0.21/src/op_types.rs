@@ -66,17 +66,20 @@ pub struct RnnOutputGrads<B: Backend> {
     pub dc_n: Option<FloatTensor<B>>,
 }
 
-/// Gradients of the op's inputs.
+/// Gradients of the op's inputs. A gradient the call did not want ([`GradsWanted`]) may
+/// be `None`; one it wanted is always there.
+///
+/// [`GradsWanted`]: crate::GradsWanted
 #[derive(Debug, Clone)]
 pub struct RnnGrads<B: Backend> {
     /// Gradient of `x`, same shape as `x`.
-    pub dx: FloatTensor<B>,
+    pub dx: Option<FloatTensor<B>>,
     /// Gradient of `h0`, `[L*D, B, P]`.
     pub dh0: FloatTensor<B>,
     /// Gradient of `c0`, `[L*D, B, H]` (LSTM only).
     pub dc0: Option<FloatTensor<B>>,
     /// Gradient of the flat weights, `[params_size]`, canonical layout.
-    pub dweights: FloatTensor<B>,
+    pub dweights: Option<FloatTensor<B>>,
 }
 
 pub(crate) use burn_fused_rnn_core::reserve::ReserveTag;

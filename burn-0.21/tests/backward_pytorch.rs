@@ -8,7 +8,7 @@ mod common;
 use burn::backend::{Flex, NdArray};
 use burn::tensor::TensorMetadata;
 use burn::tensor::{Tensor, TensorPrimitive};
-use burn_fused_rnn::{reference, FusedRnnBackend, RnnOutputGrads};
+use burn_fused_rnn::{reference, FusedRnnBackend, GradsWanted, RnnOutputGrads};
 use common::{at_every_simd_level, check, fixtures, report, tensor, Tol, F32, F64};
 
 fn prim<B: FusedRnnBackend, const D: usize>(t: Tensor<B, D>) -> B::FloatTensorPrimitive {
@@ -85,11 +85,13 @@ fn backward_matches_pytorch<B: FusedRnnBackend>(backend: &str, path: Path, tol: 
                 ))
             }),
         };
+        let all = GradsWanted::ALL;
         let g = match path {
-            Path::Backend => B::fused_rnn_backward(&desc, inputs, out, reserve, grads),
-            Path::Reference => reference::backward::<B>(&desc, inputs, out, reserve, grads),
+            Path::Backend => B::fused_rnn_backward(&desc, inputs, out, reserve, grads, all),
+            Path::Reference => reference::backward::<B>(&desc, inputs, out, reserve, grads, all),
         };
-        failures.extend(check(&ctx, "dx", float::<B, 3>(g.dx), &case.dx, tol).err());
+        let dx = g.dx.expect("wanted dx");
+        failures.extend(check(&ctx, "dx", float::<B, 3>(dx), &case.dx, tol).err());
         failures.extend(check(&ctx, "dh0", float::<B, 3>(g.dh0), &case.dh0, tol).err());
         if let (Some(dc0), Some(expected)) = (g.dc0, &case.dc0) {
             failures.extend(check(&ctx, "dc0", float::<B, 3>(dc0), expected, tol).err());
@@ -98,7 +100,7 @@ fn backward_matches_pytorch<B: FusedRnnBackend>(backend: &str, path: Path, tol: 
             check(
                 &ctx,
                 "dweights",
-                float::<B, 1>(g.dweights),
+                float::<B, 1>(g.dweights.expect("wanted dweights")),
                 &case.flat_dweights(),
                 tol,
             )

@@ -19,8 +19,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_fused_rnn::testing::tolerance;
 use burn_fused_rnn::{
-    cube, reference, DropoutSpec, FusedRnnBackend, FusedRnnConfig, InputMode, RnnDescriptor,
-    RnnInputs, RnnMode, RnnOutputGrads, RnnReserve,
+    cube, reference, DropoutSpec, FusedRnnBackend, FusedRnnConfig, GradsWanted, InputMode,
+    RnnDescriptor, RnnInputs, RnnMode, RnnOutputGrads, RnnReserve,
 };
 
 type W = burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
@@ -152,13 +152,14 @@ fn run<B: FusedRnnBackend>(
         out,
         reserve_of.unwrap_or(reserve),
         case.grads::<B>(dtype),
+        GradsWanted::ALL,
     );
-    results.push(("dx", read(grads.dx)));
+    results.push(("dx", read(grads.dx.expect("wanted dx"))));
     results.push(("dh0", read(grads.dh0)));
     if let Some(dc0) = grads.dc0 {
         results.push(("dc0", read(dc0)));
     }
-    results.push(("dweights", read(grads.dweights)));
+    results.push(("dweights", read(grads.dweights.expect("wanted dweights"))));
     results
 }
 
@@ -192,13 +193,14 @@ fn expected(case: &Case) -> Vec<(&'static str, Vec<f64>)> {
         out,
         reserve,
         case.grads::<R>(DType::F64),
+        GradsWanted::ALL,
     );
-    results.push(("dx", read(grads.dx)));
+    results.push(("dx", read(grads.dx.expect("wanted dx"))));
     results.push(("dh0", read(grads.dh0)));
     if let Some(dc0) = grads.dc0 {
         results.push(("dc0", read(dc0)));
     }
-    results.push(("dweights", read(grads.dweights)));
+    results.push(("dweights", read(grads.dweights.expect("wanted dweights"))));
     results
 }
 
@@ -500,6 +502,7 @@ fn a_reserve_of_another_call_is_refused() {
             out,
             other,
             case.grads::<W>(DType::F32),
+            GradsWanted::ALL,
         )
     }))
     .expect_err("a reserve made for T = 3 is refused at T = 4");

@@ -20,8 +20,8 @@ use burn_fused_rnn::testing::{
     assert_parity, assert_parity_with, parity_cases, tolerance, Reference, Tolerance,
 };
 use burn_fused_rnn::{
-    DropoutSpec, FusedRnn, FusedRnnBackend, FusedRnnConfig, RnnDescriptor, RnnInputs, RnnMode,
-    RnnOutputGrads,
+    DropoutSpec, FusedRnn, FusedRnnBackend, FusedRnnConfig, GradsWanted, RnnDescriptor, RnnInputs,
+    RnnMode, RnnOutputGrads,
 };
 
 /// Burn's CUDA backend without fusion, and as `burn::backend::Cuda` (with fusion).
@@ -229,6 +229,7 @@ impl<B: FusedRnnBackend> On<'_, B> {
             training.clone(),
             reserve,
             self.output_grads(),
+            GradsWanted::ALL,
         );
         drop(held);
         let mut out = vec![
@@ -238,12 +239,15 @@ impl<B: FusedRnnBackend> On<'_, B> {
         if let Some(c) = training.c_n {
             out.push(("train c_n", read3::<B>(c)));
         }
-        out.push(("dx", read3::<B>(grads.dx)));
+        out.push(("dx", read3::<B>(grads.dx.expect("wanted dx"))));
         out.push(("dh0", read3::<B>(grads.dh0)));
         if let Some(dc0) = grads.dc0 {
             out.push(("dc0", read3::<B>(dc0)));
         }
-        out.push(("dweights", read1::<B>(grads.dweights)));
+        out.push((
+            "dweights",
+            read1::<B>(grads.dweights.expect("wanted dweights")),
+        ));
         out
     }
 }

@@ -9,8 +9,8 @@ mod common;
 use burn::backend::{Flex, NdArray};
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_fused_rnn::{
-    reference, DropoutSpec, FusedRnnBackend, FusedRnnConfig, RnnDescriptor, RnnGrads, RnnInputs,
-    RnnMode, RnnOutput, RnnOutputGrads,
+    reference, DropoutSpec, FusedRnnBackend, FusedRnnConfig, GradsWanted, RnnDescriptor, RnnGrads,
+    RnnInputs, RnnMode, RnnOutput, RnnOutputGrads,
 };
 
 const LENGTHS: [usize; 3] = [6, 0, 3];
@@ -114,10 +114,13 @@ fn garbage_changes_nothing<B: FusedRnnBackend>(name: &str, run: Run<B>) {
                     ("y", flat::<B, 3>(out.y)),
                     ("h_n", flat::<B, 3>(out.h_n)),
                     ("c_n", out.c_n.map_or_else(Vec::new, flat::<B, 3>)),
-                    ("dx", flat::<B, 3>(g.dx)),
+                    ("dx", flat::<B, 3>(g.dx.expect("wanted dx"))),
                     ("dh0", flat::<B, 3>(g.dh0)),
                     ("dc0", g.dc0.map_or_else(Vec::new, flat::<B, 3>)),
-                    ("dweights", flat::<B, 1>(g.dweights)),
+                    (
+                        "dweights",
+                        flat::<B, 1>(g.dweights.expect("wanted dweights")),
+                    ),
                 ]
             };
             let features_x = x_shape[2];
@@ -170,7 +173,7 @@ fn via_reference<B: FusedRnnBackend>(
 ) -> (RnnOutput<B>, RnnGrads<B>) {
     let (out, reserve) = reference::forward_training::<B>(desc, inputs.clone());
     let grads = grads_of(desc, &out, dy);
-    let g = reference::backward::<B>(desc, inputs, out.clone(), reserve, grads);
+    let g = reference::backward::<B>(desc, inputs, out.clone(), reserve, grads, GradsWanted::ALL);
     (out, g)
 }
 
@@ -181,7 +184,7 @@ fn via_backend<B: FusedRnnBackend>(
 ) -> (RnnOutput<B>, RnnGrads<B>) {
     let (out, reserve) = B::fused_rnn_forward_training(desc, inputs.clone());
     let grads = grads_of(desc, &out, dy);
-    let g = B::fused_rnn_backward(desc, inputs, out.clone(), reserve, grads);
+    let g = B::fused_rnn_backward(desc, inputs, out.clone(), reserve, grads, GradsWanted::ALL);
     (out, g)
 }
 

@@ -5,8 +5,8 @@
 use burn::backend::{Flex, NdArray};
 use burn::tensor::{Tensor, TensorData};
 use burn_fused_rnn::{
-    reference, DropoutSpec, FusedRnnBackend, FusedRnnConfig, RnnDescriptor, RnnInputs, RnnMode,
-    RnnOutputGrads, RnnReserve,
+    reference, DropoutSpec, FusedRnnBackend, FusedRnnConfig, GradsWanted, RnnDescriptor, RnnInputs,
+    RnnMode, RnnOutputGrads, RnnReserve,
 };
 
 fn desc(seq_length: usize) -> RnnDescriptor {
@@ -56,7 +56,8 @@ fn backward_with<B: FusedRnnBackend>(
         B::fused_rnn_forward_training(made_for, inputs(made_for)).1
     };
     let (out, _) = B::fused_rnn_forward_training(used_for, inputs(used_for));
-    B::fused_rnn_backward(used_for, inputs(used_for), out, reserve, no_grads());
+    let all = GradsWanted::ALL;
+    B::fused_rnn_backward(used_for, inputs(used_for), out, reserve, no_grads(), all);
 }
 
 #[test]
@@ -89,7 +90,15 @@ fn native_backward_names_a_cudnn_reserve() {
             .into_primitive()
             .tensor()],
     };
-    <NdArray as FusedRnnBackend>::fused_rnn_backward(&d, inputs(&d), out, cudnn_like, no_grads());
+    let all = GradsWanted::ALL;
+    <NdArray as FusedRnnBackend>::fused_rnn_backward(
+        &d,
+        inputs(&d),
+        out,
+        cudnn_like,
+        no_grads(),
+        all,
+    );
 }
 
 #[test]
@@ -100,7 +109,7 @@ fn reference_backward_refuses_the_native_reserve() {
     let d = desc(5);
     let (out, _) = reference::forward_training::<NdArray>(&d, inputs(&d));
     let native = NdArray::fused_rnn_forward_training(&d, inputs(&d)).1;
-    reference::backward::<NdArray>(&d, inputs(&d), out, native, no_grads());
+    reference::backward::<NdArray>(&d, inputs(&d), out, native, no_grads(), GradsWanted::ALL);
 }
 
 #[test]
@@ -111,5 +120,5 @@ fn reference_backward_refuses_a_reserve_made_for_another_call() {
     let (d4, d5) = (desc(4), desc(5));
     let (out, _) = reference::forward_training::<NdArray>(&d5, inputs(&d5));
     let other = reference::forward_training::<NdArray>(&d4, inputs(&d4)).1;
-    reference::backward::<NdArray>(&d5, inputs(&d5), out, other, no_grads());
+    reference::backward::<NdArray>(&d5, inputs(&d5), out, other, no_grads(), GradsWanted::ALL);
 }

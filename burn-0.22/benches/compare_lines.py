@@ -36,7 +36,7 @@ def main():
     for group in groups:
         # criterion writes the group `cpu/<backend>/<config>` as the folder `cpu_<backend>_<config>`
         _, backend, config = group.split("_", 2)
-        for pass_ in ["fwd", "train"]:
+        for pass_ in ["fwd", "train", "train_data"]:
             t = {line: mean_ms(root, group, "fused", pass_) for line, root in ROOTS.items()}
             nn = {line: mean_ms(root, group, "burn_nn", pass_) for line, root in ROOTS.items()}
             if t["0.22"] is None:

@@ -1,6 +1,7 @@
 //! The fused op on Burn 0.22's CPU backends (NdArray, Flex) against burn-nn 0.22's modules
 //! on the same device, in one run: inference forward and training step (forward + backward
-//! of `sum(y)` on an autodiff device). The configurations and the criterion names
+//! of `sum(y)` on an autodiff device; the fused op's also without `x`'s gradient,
+//! `train_data`, as on 0.21). The configurations and the criterion names
 //! (`cpu/<backend>/<config>/<impl>/<pass>`) are the 0.21 line's `benches/cpu.rs`, so the two
 //! lines compare row by row (`benches/compare_lines.py`).
 //!
@@ -214,6 +215,11 @@ fn bench_backend(cr: &mut Criterion, backend: &str, device: Device) {
         drop(heap);
         if timed {
             group.bench_function(BenchmarkId::new("fused", "train"), |b| b.iter(fused_step));
+            let data = x.clone().detach();
+            let data_step = || fused_tr.forward(data.clone(), None).0.sum().backward();
+            group.bench_function(BenchmarkId::new("fused", "train_data"), |b| {
+                b.iter(data_step)
+            });
         }
         if timed && nn_train {
             group.bench_function(BenchmarkId::new("burn_nn", "train"), |b| b.iter(nn_step));

@@ -40,6 +40,7 @@ use burn::backend::{Autodiff, AutodiffBackend, Shape, TensorMetadata};
 
 use crate::descriptor::RnnDescriptor;
 use crate::prims::{FusedKernel, Inputs, Outputs};
+use burn_fused_rnn_core::GradsWanted;
 
 static BACKWARD_CALLS: AtomicUsize = AtomicUsize::new(0);
 static TRACKED_FORWARDS: AtomicUsize = AtomicUsize::new(0);
@@ -121,9 +122,15 @@ impl<B: FusedKernel> Backward<B, 4> for FusedRnnBackward {
             c0: s.c0.map(|id| checkpointer.retrieve_node_output(id)),
             weights: checkpointer.retrieve_node_output(s.weights),
         };
-        let g = B::fused_backward(&s.desc, &inputs, &s.y, s.reserve, dy, dh_n, dc_n);
-        if let Some(node) = node_x {
-            grads.register::<B>(node.id, g.dx);
+        // Only the tracked parents' gradients are wanted (Note [Gradients not wanted] in
+        // the core crate's kernel).
+        let wanted = GradsWanted {
+            x: node_x.is_some(),
+            weights: node_w.is_some(),
+        };
+        let g = B::fused_backward(&s.desc, &inputs, &s.y, s.reserve, dy, dh_n, dc_n, wanted);
+        if let (Some(node), Some(dx)) = (node_x, g.dx) {
+            grads.register::<B>(node.id, dx);
         }
         if let Some(node) = node_h0 {
             grads.register::<B>(node.id, g.dh0);
@@ -131,8 +138,8 @@ impl<B: FusedKernel> Backward<B, 4> for FusedRnnBackward {
         if let (Some(node), Some(dc0)) = (node_c0, g.dc0) {
             grads.register::<B>(node.id, dc0);
         }
-        if let Some(node) = node_w {
-            grads.register::<B>(node.id, g.dweights);
+        if let (Some(node), Some(dweights)) = (node_w, g.dweights) {
+            grads.register::<B>(node.id, dweights);
         }
     }
 }

@@ -15,6 +15,7 @@ use burn::backend::{Backend, DType, FloatDType, TensorData, TensorMetadata};
 
 use crate::descriptor::RnnDescriptor;
 use burn_fused_rnn_core::cpu as kernel;
+use burn_fused_rnn_core::GradsWanted;
 
 /// A backend whose float tensors live in host memory that the kernel can borrow.
 pub(crate) trait NativeBackend: Backend {
@@ -164,6 +165,7 @@ fn forward_in<B: NativeBackend, T: Host>(
 }
 
 /// The backward pass from the reserve of a training [`forward`] of the same call.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn backward<B: NativeBackend>(
     desc: &RnnDescriptor,
     inputs: &Inputs<B>,
@@ -172,10 +174,12 @@ pub(crate) fn backward<B: NativeBackend>(
     dy: Option<FloatTensor<B>>,
     dh_n: Option<FloatTensor<B>>,
     dc_n: Option<FloatTensor<B>>,
+    wanted: GradsWanted,
 ) -> Grads<B> {
+    let grads = [dy, dh_n, dc_n];
     match compute(inputs.x.dtype()).0 {
-        DType::F64 => backward_in::<B, f64>(desc, inputs, y, reserve, [dy, dh_n, dc_n]),
-        _ => backward_in::<B, f32>(desc, inputs, y, reserve, [dy, dh_n, dc_n]),
+        DType::F64 => backward_in::<B, f64>(desc, inputs, y, reserve, grads, wanted),
+        _ => backward_in::<B, f32>(desc, inputs, y, reserve, grads, wanted),
     }
 }
 
@@ -185,6 +189,7 @@ fn backward_in<B: NativeBackend, T: Host>(
     y: &FloatTensor<B>,
     reserve: FloatTensor<B>,
     [dy, dh_n, dc_n]: [Option<FloatTensor<B>>; 3],
+    wanted: GradsWanted,
 ) -> Grads<B> {
     let dtype = inputs.x.dtype();
     let half = compute(dtype).1;
@@ -217,12 +222,16 @@ fn backward_in<B: NativeBackend, T: Host>(
     };
     // The kernel keeps the reserve for the next training forward (Note [Reserve reuse] in
     // the core crate's kernel).
-    let g = kernel::backward(desc, &host, &y, reserve, half, &out_grads);
+    let g = kernel::backward(desc, &host, &y, reserve, half, &out_grads, wanted);
     Grads {
-        dx: tensor::<B, T>(g.dx, &desc.input_shape(), dtype),
+        dx: wanted
+            .x
+            .then(|| tensor::<B, T>(g.dx, &desc.input_shape(), dtype)),
         dh0: tensor::<B, T>(g.dh0, &desc.hidden_shape(), dtype),
         dc0: g.dc0.map(|c| tensor::<B, T>(c, &desc.cell_shape(), dtype)),
-        dweights: tensor::<B, T>(g.dweights, &[desc.params_size()], dtype),
+        dweights: wanted
+            .weights
+            .then(|| tensor::<B, T>(g.dweights, &[desc.params_size()], dtype)),
     }
 }
 
@@ -352,7 +361,8 @@ impl<B: NativeBackend> crate::prims::FusedKernel for B {
         dy: Option<FloatTensor<B>>,
         dh_n: Option<FloatTensor<B>>,
         dc_n: Option<FloatTensor<B>>,
+        wanted: GradsWanted,
     ) -> Grads<B> {
-        backward(desc, inputs, y, reserve, dy, dh_n, dc_n)
+        backward(desc, inputs, y, reserve, dy, dh_n, dc_n, wanted)
     }
 }

@@ -8,6 +8,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::Backend;
 
 use crate::descriptor::RnnDescriptor;
+use burn_fused_rnn_core::GradsWanted;
 
 /// The tensors of one call, as primitives of backend `B`: `h0` and (LSTM) `c0` present.
 #[derive(Debug, Clone)]
@@ -29,10 +30,12 @@ pub(crate) struct Outputs<B: Backend> {
 /// Gradients out to the inputs of a call.
 #[derive(Debug, Clone)]
 pub(crate) struct Grads<B: Backend> {
-    pub dx: FloatTensor<B>,
+    /// `None` when not wanted (an implementation may compute it anyway).
+    pub dx: Option<FloatTensor<B>>,
     pub dh0: FloatTensor<B>,
     pub dc0: Option<FloatTensor<B>>,
-    pub dweights: FloatTensor<B>,
+    /// `None` when not wanted (an implementation may compute it anyway).
+    pub dweights: Option<FloatTensor<B>>,
 }
 
 /// A backend with a fused kernel: a forward that keeps what its backward needs (its
@@ -49,7 +52,8 @@ pub(crate) trait FusedKernel: Backend {
     ) -> (Outputs<Self>, Option<Self::Reserve>);
 
     /// The backward pass from the reserve of a training forward of the same call, given
-    /// the gradients flowing into its outputs (`None`: zero).
+    /// the gradients flowing into its outputs (`None`: zero). Gradients not `wanted` may be
+    /// skipped (the core's Note [Gradients not wanted]).
     #[allow(clippy::too_many_arguments)]
     fn fused_backward(
         desc: &RnnDescriptor,
@@ -59,5 +63,6 @@ pub(crate) trait FusedKernel: Backend {
         dy: Option<FloatTensor<Self>>,
         dh_n: Option<FloatTensor<Self>>,
         dc_n: Option<FloatTensor<Self>>,
+        wanted: GradsWanted,
     ) -> Grads<Self>;
 }

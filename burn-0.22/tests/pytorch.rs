@@ -8,6 +8,7 @@
 
 mod common;
 
+use burn::module::Module;
 use burn::tensor::{DType, Device, Tensor};
 use burn_fused_rnn::{reference, route_of, RnnState, Route};
 use common::{
@@ -97,17 +98,22 @@ type CaseGrads = Vec<(&'static str, Vec<f64>)>;
 /// Every gradient of `loss = Σ y·gy + Σ h_n·gh_n (+ Σ c_n·gc_n)` (PyTorch's `gy`, ...) for
 /// one case, through `path`, with only the terms that `uses` (`[y, h_n, c_n]`) names: an
 /// output the loss does not reach is off the autodiff tape, and the fused backward reads
-/// its gradient as zeros (Note [One node, many outputs] in `src/autodiff.rs`).
+/// its gradient as zeros (Note [One node, many outputs] in `src/autodiff.rs`). `tracked`:
+/// whether `x` requires a gradient and whether the weights do (else `no_grad`); an untracked
+/// one is left out of the result.
 fn case_gradients(
     case: &common::Case,
     device: &Device,
     dtype: DType,
     path: Path,
     uses: [bool; 3],
+    tracked: [bool; 2],
 ) -> CaseGrads {
     let module = case.module(device, dtype);
+    let module = if tracked[1] { module } else { module.no_grad() };
     let desc = case.descriptor();
-    let x = array::<3>(&case.x, device, dtype).require_grad();
+    let x = array::<3>(&case.x, device, dtype);
+    let x = if tracked[0] { x.require_grad() } else { x };
     // Explicit initial states (zeros where the case has none), so that dh0 and dc0 exist
     // to compare.
     let zeros = |shape: [usize; 3]| Tensor::<3>::zeros(shape, (device, dtype));
@@ -167,9 +173,21 @@ fn case_gradients(
                 .unwrap_or_else(|| panic!("{ctx}: no gradient for {name}")),
         )
     };
-    let mut out = vec![("dx", grad(&x, "x")), ("dh0", grad(&h0, "h0"))];
+    let mut out = Vec::new();
+    if tracked[0] {
+        out.push(("dx", grad(&x, "x")));
+    } else {
+        assert!(
+            x.grad(&grads).is_none(),
+            "{ctx}: a gradient for an untracked x"
+        );
+    }
+    out.push(("dh0", grad(&h0, "h0")));
     if let Some(c0) = &c0 {
         out.push(("dc0", grad(c0, "c0")));
+    }
+    if !tracked[1] {
+        return out;
     }
     let dw = module
         .flat_grad(&grads)
@@ -186,7 +204,7 @@ fn gradients_match_pytorch(device: Device, dtype: DType, path: Path, label: &str
     let mut failures = Vec::new();
     for case in &fixtures().cases {
         let ctx = format!("{label} / {}", case.name);
-        let got = case_gradients(case, &device, dtype, path, [true; 3]);
+        let got = case_gradients(case, &device, dtype, path, [true; 3], [true; 2]);
         let mut expected = vec![&case.dx, &case.dh0];
         expected.extend(&case.dc0);
         let flat_dweights = case.flat_dweights();
@@ -211,10 +229,46 @@ fn gradients_of_partial_losses_match_the_reference() {
         for k in subsets {
             let uses = [k & 1 != 0, k & 2 != 0, k & 4 != 0];
             let ctx = format!("{} with loss terms [y, h_n, c_n] = {uses:?}", case.name);
-            let got = case_gradients(case, &device, DType::F64, Path::Module, uses);
-            let expected = case_gradients(case, &device, DType::F64, Path::Reference, uses);
+            let all = [true; 2];
+            let got = case_gradients(case, &device, DType::F64, Path::Module, uses, all);
+            let expected = case_gradients(case, &device, DType::F64, Path::Reference, uses, all);
             for ((name, got), (_, expected)) in got.iter().zip(&expected) {
                 failures.extend(check_values(&ctx, name, got, expected, F64).err());
+            }
+        }
+    }
+    report(failures);
+}
+
+/// With `x` untracked (a layer that reads data) or the weights frozen (`no_grad`), the
+/// native backward skips the unwanted gradients' GEMMs (the core crate's Note [Gradients
+/// not wanted]); every gradient still wanted matches PyTorch's, on NdArray and Flex (f64),
+/// every fixture case.
+#[test]
+fn gradients_without_x_or_weights_match_pytorch() {
+    let mut failures = Vec::new();
+    for device in [Device::ndarray().autodiff(), Device::flex().autodiff()] {
+        for tracked in [[false, true], [true, false]] {
+            for case in &fixtures().cases {
+                let ctx = format!(
+                    "{device:?} {} tracked [x, weights] = {tracked:?}",
+                    case.name
+                );
+                let got =
+                    case_gradients(case, &device, DType::F64, Path::Module, [true; 3], tracked);
+                let flat_dweights = case.flat_dweights();
+                for (name, got) in &got {
+                    let expected = match *name {
+                        "dx" => &case.dx,
+                        "dh0" => &case.dh0,
+                        "dc0" => case.dc0.as_ref().expect("an LSTM case"),
+                        _ => &flat_dweights,
+                    };
+                    failures.extend(check_values(&ctx, name, got, expected, F64).err());
+                }
+                let names: Vec<&str> = got.iter().map(|(n, _)| *n).collect();
+                assert_eq!(names.contains(&"dx"), tracked[0], "{ctx}: {names:?}");
+                assert_eq!(names.contains(&"dweights"), tracked[1], "{ctx}: {names:?}");
             }
         }
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
 use burn_fused_rnn_core::random::SplitMix64;
-use burn_fused_rnn_core::{DropoutSpec, RnnDescriptor, RnnMode, RnnSpec};
+use burn_fused_rnn_core::{DropoutSpec, GradsWanted, RnnDescriptor, RnnMode, RnnSpec};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 
 fn values(n: usize, seed: u64, scale: f64) -> Vec<f32> {
@@ -59,7 +59,15 @@ fn benches(c: &mut Criterion) {
                     dh_n: None,
                     dc_n: None,
                 };
-                cpu::backward(&desc, &inputs, &out.y, reserve, false, &grads)
+                cpu::backward(
+                    &desc,
+                    &inputs,
+                    &out.y,
+                    reserve,
+                    false,
+                    &grads,
+                    GradsWanted::ALL,
+                )
             })
         });
         group.finish();

@@ -27,8 +27,11 @@
 //! choices), `fused` or `ahead` (the input projection, Note [Input projection]), `k<N>`
 //! (reduction chunks of N steps, `k0` one chunk: Note [Reduction chunks]), `b<N>` (blocks
 //! of N steps where the input is projected ahead), `avx512`, `avx2` or `portable` (the SIMD
-//! level).
+//! level), `nodx` or `nodw` (a `train` pass without `x`'s gradient, as for a layer that
+//! reads data, or without the weights', as for a frozen layer: Note [Gradients not
+//! wanted]).
 
+use std::cell::Cell;
 use std::time::Instant;
 
 use burn_fused_rnn_core::cpu::projection::{
@@ -37,7 +40,7 @@ use burn_fused_rnn_core::cpu::projection::{
 use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
 use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
 use burn_fused_rnn_core::random::SplitMix64;
-use burn_fused_rnn_core::{DropoutSpec, RnnDescriptor, RnnMode, RnnSpec};
+use burn_fused_rnn_core::{DropoutSpec, GradsWanted, RnnDescriptor, RnnMode, RnnSpec};
 
 fn values(n: usize, seed: u64, scale: f64) -> Vec<f32> {
     let mut rng = SplitMix64::new(seed);
@@ -102,6 +105,8 @@ struct Variant {
     /// Steps projected at once (`b<N>`, Note [Input projection]).
     block: Option<usize>,
     level: Option<SimdLevel>,
+    /// The gradients a `train` pass asks for (`nodx`, `nodw`).
+    wanted: GradsWanted,
 }
 
 impl Variant {
@@ -112,6 +117,7 @@ impl Variant {
             k_chunk: None,
             block: None,
             level: None,
+            wanted: GradsWanted::ALL,
         };
         for setting in variant.name.clone().split('+') {
             if setting == "auto" {
@@ -123,13 +129,17 @@ impl Variant {
                 variant.projection = Some(p);
             } else if let Some(l) = SimdLevel::ALL.into_iter().find(|l| l.name() == setting) {
                 variant.level = Some(l);
+            } else if setting == "nodx" {
+                variant.wanted.x = false;
+            } else if setting == "nodw" {
+                variant.wanted.weights = false;
             } else if let Some(k) = setting.strip_prefix('k').and_then(|k| k.parse().ok()) {
                 variant.k_chunk = Some(if k == 0 { usize::MAX } else { k });
             } else if let Some(b) = setting.strip_prefix('b').and_then(|b| b.parse().ok()) {
                 variant.block = Some(b);
             } else {
                 panic!(
-                    "VARIANTS: expected auto, fused, ahead, k<N>, b<N>, avx512, avx2 or portable, got {setting}"
+                    "VARIANTS: expected auto, fused, ahead, k<N>, b<N>, avx512, avx2, portable, nodx or nodw, got {setting}"
                 );
             }
         }
@@ -184,6 +194,7 @@ fn main() {
             c0: None,
             w: &w,
         };
+        let wanted = Cell::new(GradsWanted::ALL);
         let run_once = || {
             let start = Instant::now();
             match pass.as_str() {
@@ -194,6 +205,7 @@ fn main() {
                     std::hint::black_box(cpu::forward(&desc, &inputs, None::<&()>, true, false));
                 }
                 "train" => {
+                    let wanted = wanted.get();
                     let (out, reserve) = cpu::forward(&desc, &inputs, None::<&()>, true, false);
                     let reserve = reserve.expect("a training forward keeps a reserve");
                     let grads = OutputGrads {
@@ -202,7 +214,7 @@ fn main() {
                         dc_n: None,
                     };
                     std::hint::black_box(cpu::backward(
-                        &desc, &inputs, &out.y, reserve, false, &grads,
+                        &desc, &inputs, &out.y, reserve, false, &grads, wanted,
                     ));
                 }
                 other => panic!("expected a pass fwd, fwdtrain or train, got {other}"),
@@ -214,6 +226,7 @@ fn main() {
             let mut times = vec![Vec::with_capacity(runs); variants.len()];
             for round in 0..runs + 2 {
                 for (v, variant) in variants.iter().enumerate() {
+                    wanted.set(variant.wanted);
                     let t = variant.run(&run_once);
                     if round >= 2 {
                         times[v].push(t);

@@ -6,6 +6,27 @@ use core::hash::{Hash, Hasher};
 use crate::layout::params_size;
 use crate::spec::RnnSpec;
 
+/// Which of the op's input gradients a backward pass's caller will read: autodiff knows
+/// which inputs are tracked. The state gradients `dh0` and `dc0` fall out of the scan and
+/// are always computed. An implementation may skip the work of an unwanted gradient (the
+/// native CPU kernel skips its GEMMs: Note [Gradients not wanted] in `cpu::backward`) or
+/// compute it anyway; a caller never reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GradsWanted {
+    /// The gradient of `x`.
+    pub x: bool,
+    /// The gradient of the flat weights.
+    pub weights: bool,
+}
+
+impl GradsWanted {
+    /// Every gradient.
+    pub const ALL: Self = Self {
+        x: true,
+        weights: true,
+    };
+}
+
 /// Dropout between layers: probability and seed.
 ///
 /// Compared and hashed by the bits of `probability`, so it can sit in a cache key.

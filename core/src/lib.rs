@@ -56,6 +56,6 @@ pub mod reserve;
 pub mod semantics;
 pub mod spec;
 
-pub use descriptor::{DropoutSpec, RnnDescriptor};
+pub use descriptor::{DropoutSpec, GradsWanted, RnnDescriptor};
 pub use layout::{params_size, ParamKind, RnnLayout};
 pub use spec::{InputMode, RnnMode, RnnSpec};

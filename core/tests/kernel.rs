@@ -10,7 +10,9 @@ use burn_fused_rnn_core::cpu::projection::{
 use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
 use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
 use burn_fused_rnn_core::random::SplitMix64;
-use burn_fused_rnn_core::{DropoutSpec, ParamKind, RnnDescriptor, RnnLayout, RnnMode, RnnSpec};
+use burn_fused_rnn_core::{
+    DropoutSpec, GradsWanted, ParamKind, RnnDescriptor, RnnLayout, RnnMode, RnnSpec,
+};
 
 /// `n` values in `[-scale, scale)`, the same on every run.
 fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
@@ -336,7 +338,15 @@ fn forward_split_over_threads_matches_the_plain_implementation() {
                             dc_n: desc.spec.mode.has_cell_state().then_some(&dc_n[..]),
                         };
                         let inputs = inputs(&desc, &d64);
-                        cpu::backward(&desc, &inputs, &out.y, reserve, false, &grads)
+                        cpu::backward(
+                            &desc,
+                            &inputs,
+                            &out.y,
+                            reserve,
+                            false,
+                            &grads,
+                            GradsWanted::ALL,
+                        )
                     })
                 };
                 let (split, one) = (backward(&pool), backward(&single));
@@ -529,7 +539,15 @@ fn backward_matches_finite_differences_at_every_simd_level() {
                 dh_n: Some(&gh),
                 dc_n: gc_opt,
             };
-            let g = cpu::backward(&desc, &inputs(&desc, &d64), &out.y, reserve, false, &grads);
+            let g = cpu::backward(
+                &desc,
+                &inputs(&desc, &d64),
+                &out.y,
+                reserve,
+                false,
+                &grads,
+                GradsWanted::ALL,
+            );
             let dc0 = g.dc0.clone().unwrap_or_default();
             for &(name, k, num) in &expected {
                 let got = match name {
@@ -563,6 +581,7 @@ fn backward_matches_finite_differences_at_every_simd_level() {
                 reserve32,
                 false,
                 &grads32,
+                GradsWanted::ALL,
             );
             let up = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
             let what = format!("{:?} {level:?} f32", desc.spec);
@@ -575,5 +594,95 @@ fn backward_matches_finite_differences_at_every_simd_level() {
                 1e-4,
             );
         });
+    }
+}
+
+/// Without `x`'s gradient, the weights' or both, the backward returns the unwanted ones
+/// empty and every other gradient bit for bit as when all are wanted: every mode, layers,
+/// both directions, projection, skip input, padding, dropout between layers, one and two
+/// threads.
+#[test]
+fn backward_without_unwanted_gradients_returns_the_same_others() {
+    let mut descs = cases();
+    for mode in [RnnMode::Lstm, RnnMode::Gru] {
+        let spec = RnnSpec {
+            num_layers: 3,
+            bidirectional: true,
+            ..RnnSpec::new(mode, 4, 5)
+        };
+        let dropout = DropoutSpec {
+            probability: 0.3,
+            seed: 5,
+        };
+        descs.push(RnnDescriptor::new(
+            spec,
+            6,
+            4,
+            false,
+            Some(vec![6, 2, 0, 5]),
+            dropout,
+        ));
+    }
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a pool");
+        for desc in &descs {
+            let d = convert(&data(desc), |v| v);
+            let dy = values(desc.output_shape().iter().product(), 9, 1.0);
+            let dh_n = values(desc.hidden_shape().iter().product(), 10, 1.0);
+            let dc_n = values(desc.cell_shape().iter().product(), 11, 1.0);
+            let run = |wanted: GradsWanted| {
+                pool.install(|| {
+                    let (out, reserve) =
+                        cpu::forward(desc, &inputs(desc, &d), None::<&()>, true, false);
+                    let grads = OutputGrads {
+                        dy: Some(&dy),
+                        dh_n: Some(&dh_n),
+                        dc_n: desc.spec.mode.has_cell_state().then_some(&dc_n[..]),
+                    };
+                    let reserve = reserve.expect("a reserve");
+                    cpu::backward(
+                        desc,
+                        &inputs(desc, &d),
+                        &out.y,
+                        reserve,
+                        false,
+                        &grads,
+                        wanted,
+                    )
+                })
+            };
+            let all = run(GradsWanted::ALL);
+            assert!(!all.dx.is_empty() && !all.dweights.is_empty());
+            for (x, weights) in [(false, true), (true, false), (false, false)] {
+                let what = format!("{:?} x {x} weights {weights} threads {threads}", desc.spec);
+                let g = run(GradsWanted { x, weights });
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&g.dh0), bits(&all.dh0), "{what}: dh0");
+                assert_eq!(
+                    g.dc0.as_deref().map(bits),
+                    all.dc0.as_deref().map(bits),
+                    "{what}: dc0"
+                );
+                match x {
+                    true => assert_eq!(bits(&g.dx), bits(&all.dx), "{what}: dx"),
+                    false => assert!(
+                        g.dx.is_empty(),
+                        "{what}: expected no dx, got {}",
+                        g.dx.len()
+                    ),
+                }
+                match weights {
+                    true => assert_eq!(bits(&g.dweights), bits(&all.dweights), "{what}: dw"),
+                    false => assert!(
+                        g.dweights.is_empty(),
+                        "{what}: expected no dweights, got {}",
+                        g.dweights.len()
+                    ),
+                }
+            }
+        }
     }
 }

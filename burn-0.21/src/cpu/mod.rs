@@ -14,7 +14,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Element, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
-use crate::descriptor::RnnDescriptor;
+use crate::descriptor::{GradsWanted, RnnDescriptor};
 use crate::op_types::ReserveTag;
 use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use burn_fused_rnn_core::cpu as kernel;
@@ -185,6 +185,7 @@ pub(crate) fn backward<B: HostBackend>(
     output: RnnOutput<B>,
     reserve: RnnReserve<B>,
     grads: RnnOutputGrads<B>,
+    wanted: GradsWanted,
 ) -> RnnGrads<B> {
     let dtype = inputs.x.dtype();
     let expected = reserve_layout(desc, dtype);
@@ -207,8 +208,8 @@ pub(crate) fn backward<B: HostBackend>(
         "expected reserve to be the native CPU kernel's training-forward reserve for this call, {expected:?}, got {got:?} (tagged by {writer})"
     );
     match compute(dtype).0 {
-        DType::F64 => backward_in::<B, f64>(desc, inputs, output, reserve, grads),
-        _ => backward_in::<B, f32>(desc, inputs, output, reserve, grads),
+        DType::F64 => backward_in::<B, f64>(desc, inputs, output, reserve, grads, wanted),
+        _ => backward_in::<B, f32>(desc, inputs, output, reserve, grads, wanted),
     }
 }
 
@@ -218,6 +219,7 @@ fn backward_in<B: HostBackend, T: Host>(
     output: RnnOutput<B>,
     reserve: RnnReserve<B>,
     grads: RnnOutputGrads<B>,
+    wanted: GradsWanted,
 ) -> RnnGrads<B> {
     let dtype = inputs.x.dtype();
     let device = B::float_device(&inputs.x);
@@ -255,14 +257,18 @@ fn backward_in<B: HostBackend, T: Host>(
     };
     // The kernel keeps the reserve for the next training forward (Note [Reserve reuse] in
     // the core crate's kernel).
-    let g = kernel::backward(desc, &host, &y, reserve, half, &out_grads);
+    let g = kernel::backward(desc, &host, &y, reserve, half, &out_grads, wanted);
     RnnGrads {
-        dx: tensor::<B, T>(g.dx, &desc.input_shape(), dtype, &device),
+        dx: wanted
+            .x
+            .then(|| tensor::<B, T>(g.dx, &desc.input_shape(), dtype, &device)),
         dh0: tensor::<B, T>(g.dh0, &desc.hidden_shape(), dtype, &device),
         dc0: g
             .dc0
             .map(|c| tensor::<B, T>(c, &desc.cell_shape(), dtype, &device)),
-        dweights: tensor::<B, T>(g.dweights, &[desc.params_size()], dtype, &device),
+        dweights: wanted
+            .weights
+            .then(|| tensor::<B, T>(g.dweights, &[desc.params_size()], dtype, &device)),
     }
 }
 

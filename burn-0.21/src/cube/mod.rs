@@ -133,7 +133,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use burn::tensor::{DType, FloatDType, TensorMetadata};
 use burn_cubecl::tensor::CubeTensor;
 
-use crate::descriptor::RnnDescriptor;
+use crate::descriptor::{GradsWanted, RnnDescriptor};
 use crate::op_types::{ReserveTag, RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 use crate::reference;
 pub(crate) use plan::CubeOps;
@@ -265,9 +265,10 @@ pub(crate) fn backward<B: CubeOps>(
     output: RnnOutput<B>,
     reserve: RnnReserve<B>,
     grads: RnnOutputGrads<B>,
+    wanted: GradsWanted,
 ) -> RnnGrads<B> {
     if !owns_reserve(&reserve) {
-        return reference::backward::<B>(desc, inputs, output, reserve, grads);
+        return reference::backward::<B>(desc, inputs, output, reserve, grads, wanted);
     }
     drop(output);
     let expected: Vec<Vec<usize>> = std::iter::once(vec![tag_len()])
@@ -303,10 +304,11 @@ pub(crate) fn backward<B: CubeOps>(
     let back = |t: CubeTensor<B::Runtime>, shape: &[usize]| {
         crate::op_types::cast::<B>(forward::with_shape(t, shape), dtype)
     };
+    // Every gradient is computed (`wanted` is not read).
     RnnGrads {
-        dx: back(g.dx, &desc.input_shape()),
+        dx: Some(back(g.dx, &desc.input_shape())),
         dh0: back(g.dh0, &desc.hidden_shape()),
         dc0: g.dc0.map(|c| back(c, &desc.cell_shape())),
-        dweights: back(g.dweights, &[desc.params_size()]),
+        dweights: Some(back(g.dweights, &[desc.params_size()])),
     }
 }

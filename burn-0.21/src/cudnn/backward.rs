@@ -125,10 +125,12 @@ pub(crate) fn backward<F: FloatElement, I: IntElement, BT: BoolElement>(
         &p.net.plan,
         float::<Cuda<F, I, BT>, 1>(dw),
     ));
+    // cuDNN computes every gradient (BackwardData always writes dx; skipping
+    // BackwardWeights when the weights' gradient is not wanted is not done).
     RnnGrads {
-        dx,
+        dx: Some(dx),
         dh0: dhx,
         dc0: dcx,
-        dweights,
+        dweights: Some(dweights),
     }
 }

@@ -51,7 +51,7 @@ use super::settings::CallSettings;
 use super::state::{prepared, trained};
 use crate::backend::FusedRnnBackend;
 use crate::cube;
-use crate::descriptor::RnnDescriptor;
+use crate::descriptor::{GradsWanted, RnnDescriptor};
 use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
 
 /// Burn's CUDA backend: cuDNN, or the CubeCL kernels when cuDNN cannot run the call (Note
@@ -125,11 +125,12 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FusedRnnBackend for Cuda<F
         output: RnnOutput<Self>,
         reserve: RnnReserve<Self>,
         grads: RnnOutputGrads<Self>,
+        wanted: GradsWanted,
     ) -> RnnGrads<Self> {
         // The reserve says which path, algorithm and math mode the training forward took
         // (Note [cuDNN fallback], Note [Reserve tag]).
         let Some((algo, tf32)) = cudnn_reserve_tag(&reserve) else {
-            return cube::backward::<Self>(desc, inputs, output, reserve, grads);
+            return cube::backward::<Self>(desc, inputs, output, reserve, grads, wanted);
         };
         let how = || {
             format!(

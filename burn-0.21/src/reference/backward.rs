@@ -18,7 +18,7 @@ use burn::tensor::{Tensor, TensorMetadata};
 
 use super::Padding;
 use super::{reserve_shapes, weight};
-use crate::descriptor::RnnDescriptor;
+use crate::descriptor::{GradsWanted, RnnDescriptor};
 use crate::layout::{ParamKind, RnnLayout};
 use crate::op_types::{
     cast, cast_inputs, cast_output, compute_dtype, float, prim, RnnGrads, RnnInputs, RnnOutput,
@@ -319,7 +319,11 @@ pub fn backward<B: Backend>(
     output: RnnOutput<B>,
     reserve: RnnReserve<B>,
     grads: RnnOutputGrads<B>,
+    wanted: GradsWanted,
 ) -> RnnGrads<B> {
+    // The reference computes every gradient, wanted or not: it is the plain statement of
+    // the math, and the autodiff layer reads only the wanted ones.
+    let _ = wanted;
     // Note [Half precision] in [`crate::op_types`]: compute in F32, hand back the input's dtype.
     let dtype = inputs.x.dtype();
     let up = compute_dtype(dtype);
@@ -339,10 +343,10 @@ pub fn backward<B: Backend>(
         grads,
     );
     RnnGrads {
-        dx: cast::<B>(out.dx, dtype),
+        dx: out.dx.map(|t| cast::<B>(t, dtype)),
         dh0: cast::<B>(out.dh0, dtype),
         dc0: out.dc0.map(|t| cast::<B>(t, dtype)),
-        dweights: cast::<B>(out.dweights, dtype),
+        dweights: out.dweights.map(|t| cast::<B>(t, dtype)),
     }
 }
 
@@ -459,9 +463,9 @@ fn backward_in<B: Backend>(
         )
     };
     RnnGrads {
-        dx: prim(dx),
+        dx: Some(prim(dx)),
         dh0: prim(stack(dh0)),
         dc0: (spec.mode == RnnMode::Lstm).then(|| prim(stack(dc0))),
-        dweights: prim(Tensor::cat(parts, 0)),
+        dweights: Some(prim(Tensor::cat(parts, 0))),
     }
 }

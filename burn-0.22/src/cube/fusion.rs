@@ -32,6 +32,7 @@ use burn_fused_rnn_core::declared::{backward_names, check_declared, forward_name
 
 use crate::descriptor::RnnDescriptor;
 use crate::prims::{FusedKernel, Grads, Inputs, Outputs};
+use burn_fused_rnn_core::GradsWanted;
 
 type Runtime = <CubeBackend as FusionBackend>::FusionRuntime;
 type Handles = HandleContainer<<Runtime as FusionRuntime>::FusionHandle>;
@@ -146,12 +147,21 @@ impl Operation<Runtime> for BackwardOp {
         let dc_n = reader.next_if(self.present.dc_n);
         let handles = reader.handles;
         let y = inputs.x.clone(); // unread by the kernels' backward
-        let g = CubeBackend::fused_backward(&self.desc, &inputs, &y, reserve, dy, dh_n, dc_n);
+        let g = CubeBackend::fused_backward(
+            &self.desc,
+            &inputs,
+            &y,
+            reserve,
+            dy,
+            dh_n,
+            dc_n,
+            GradsWanted::ALL,
+        );
         let names = backward_names(g.dc0.is_some());
-        let tensors: Vec<Inner> = [g.dx, g.dh0]
+        let tensors: Vec<Inner> = [g.dx.expect("dx, always computed"), g.dh0]
             .into_iter()
             .chain(g.dc0)
-            .chain([g.dweights])
+            .chain([g.dweights.expect("dweights, always computed")])
             .collect();
         register_outputs(handles, &self.ir, &names, tensors)
     }
@@ -233,6 +243,7 @@ impl FusedKernel for Fusion<CubeBackend> {
         dy: Option<Lazy>,
         dh_n: Option<Lazy>,
         dc_n: Option<Lazy>,
+        _wanted: GradsWanted,
     ) -> Grads<Self> {
         let x = &inputs.x;
         let dtype = x.dtype();
@@ -267,11 +278,12 @@ impl FusedKernel for Fusion<CubeBackend> {
         let dh0 = outs.next().expect("declared dh0");
         let dc0 = cell.then(|| outs.next().expect("declared dc0"));
         let dweights = outs.next().expect("declared dweights");
+        // Every gradient is declared and computed (`GradsWanted` is not read).
         Grads {
-            dx,
+            dx: Some(dx),
             dh0,
             dc0,
-            dweights,
+            dweights: Some(dweights),
         }
     }
 }

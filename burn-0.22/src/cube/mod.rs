@@ -143,6 +143,7 @@ use burn_cubecl::CubeBackend;
 
 use crate::descriptor::RnnDescriptor;
 use crate::prims::{FusedKernel, Grads, Inputs, Outputs};
+use burn_fused_rnn_core::GradsWanted;
 use plan::Plan;
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
@@ -224,6 +225,7 @@ impl FusedKernel for CubeBackend {
         dy: Option<CubeTensor>,
         dh_n: Option<CubeTensor>,
         dc_n: Option<CubeTensor>,
+        _wanted: GradsWanted,
     ) -> Grads<Self> {
         let expected = plan::reserve_shapes(desc);
         let got: Vec<Vec<usize>> = reserve.iter().map(|t| t.shape().to_vec()).collect();
@@ -247,10 +249,11 @@ impl FusedKernel for CubeBackend {
         let reserve = reserve.into_iter().map(into_contiguous).collect();
         let g = backward::backward(&plan, device_inputs, reserve, grads);
         Grads {
-            dx: back(g.dx, &desc.input_shape(), dtype),
+            // Every gradient is computed (`GradsWanted` is not read).
+            dx: Some(back(g.dx, &desc.input_shape(), dtype)),
             dh0: back(g.dh0, &desc.hidden_shape(), dtype),
             dc0: g.dc0.map(|c| back(c, &desc.cell_shape(), dtype)),
-            dweights: back(g.dweights, &[desc.params_size()], dtype),
+            dweights: Some(back(g.dweights, &[desc.params_size()], dtype)),
         }
     }
 }

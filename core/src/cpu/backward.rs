@@ -28,6 +28,7 @@ use super::schedule::{
     PARALLEL_WORK,
 };
 use super::simd::dispatch;
+use crate::descriptor::GradsWanted;
 use crate::layout::ParamKind;
 use crate::spec::RnnMode;
 
@@ -43,13 +44,13 @@ pub struct OutputGrads<'a, T> {
 
 /// Input gradients, on the host.
 pub struct Grads<T> {
-    /// Of `x`, in its layout.
+    /// Of `x`, in its layout; empty when not [`GradsWanted`].
     pub dx: Vec<T>,
     /// Of `h0`: `[L·D, B, P]`.
     pub dh0: Vec<T>,
     /// Of `c0` (LSTM): `[L·D, B, H]`.
     pub dc0: Option<Vec<T>>,
-    /// Of the flat canonical weights: `[params_size]`.
+    /// Of the flat canonical weights: `[params_size]`; empty when not [`GradsWanted`].
     pub dweights: Vec<T>,
 }
 
@@ -161,6 +162,9 @@ struct Direction<'a, T> {
     dh_n: Option<&'a [T]>,
     dc_n: Option<&'a [T]>,
     threads: usize,
+    /// Whether the weight gradients are wanted: without them, no bias sums, no `dW_hr` and
+    /// no weight-gradient GEMMs.
+    weights: bool,
 }
 
 impl<T: Lane + Kept> Direction<'_, T> {
@@ -240,7 +244,9 @@ impl<T: Lane + Kept> Direction<'_, T> {
                 }
             }
         }
-        self.weight_grads(gates, dw, &dw_hr, &db);
+        if self.weights {
+            self.weight_grads(gates, dw, &dw_hr, &db);
+        }
         (dh, dc)
     }
 
@@ -277,11 +283,12 @@ impl<T: Lane + Kept> Direction<'_, T> {
         let mut dm = Aligned::filled(if proj.is_some() { nb * h } else { 0 }, T::ZERO);
         let mut m = Aligned::filled(dm.len(), T::ZERO);
         let mut direct = Aligned::filled(if mode == RnnMode::Gru { nb * p } else { 0 }, T::ZERO);
-        let mut dw_hr = vec![T::ZERO; if proj.is_some() { p * h } else { 0 }];
+        let dw_hr_wanted = proj.is_some() && self.weights;
+        let mut dw_hr = vec![T::ZERO; if dw_hr_wanted { p * h } else { 0 }];
         // Columns of a gate row that hold gradients after the pass (GRU: 4H, Note [Native
         // reserve]); padded rows get zeros there.
         let grad_cols = if mode == RnnMode::Gru { 4 * h } else { rec };
-        let biased = self.w.b_ih.is_some() || self.w.b_hh.is_some();
+        let biased = self.weights && (self.w.b_ih.is_some() || self.w.b_hh.is_some());
         let mut db = vec![T::ZERO; if biased { grad_cols } else { 0 }];
         let step_threads = step_threads(threads, nb, p, rec);
         // Per thread of a step: its rows laid out for the microkernel.
@@ -406,7 +413,7 @@ impl<T: Lane + Kept> Direction<'_, T> {
                         .map(|(_, gate)| &gate[..grad_cols]),
                 );
             }
-            if proj.is_some() {
+            if dw_hr_wanted {
                 // dW_hr += dh'^T m (padded rows of both are zero).
                 gemm(
                     MatMut::rows(&mut dw_hr, p, h, h),
@@ -611,6 +618,22 @@ fn input_grad<T: Lane>(
 /// samples (6% in copying the zero page, 3.5% in the TLB flushes) and are 2% after, all
 /// first writes; the call took 106–121 ms before and 101–107 after (three alternated
 /// rounds). `kernel_times` with `FAULTS=1` counts the faults.
+///
+/// # Note [Gradients not wanted]
+///
+/// Of the backward's four GEMMs over all steps per layer and direction, three produce
+/// nothing but a gradient the caller may not read: `dW_ih = dG^T · input` and
+/// `dW_hh = dG^T · h_prev` give the weights' gradient, and at layer 0, `dG · W_ih` gives
+/// `x`'s. A model whose LSTM reads data (not an embedding's output) does not want `x`'s
+/// gradient; a frozen recurrent layer under a trained one does not want the weights'.
+/// Autodiff knows which of the op's parents are tracked, and [`GradsWanted`] passes that down:
+/// each unwanted gradient's GEMMs are skipped and it is returned empty. What every other
+/// gradient needs is always computed: the scan (`dh0`, `dc0` and the gates' gradients),
+/// and the input gradient of every layer above 0, which carries the gradient down. Without
+/// the weights' gradient, the per-step bias sums and `dW_hr` are skipped too, and so are
+/// the zeroed copy of a padded `x` and the dropout masks of the layer inputs, which only
+/// `dW_ih` reads. The other gradients are the same values either way (tested in
+/// `tests/kernel.rs`).
 pub(crate) fn backward<T: Lane + Kept>(
     plan: &Plan<'_>,
     inputs: &Inputs<'_, T>,
@@ -618,6 +641,7 @@ pub(crate) fn backward<T: Lane + Kept>(
     reserve: &mut [T],
     keep_last: bool,
     grads: &OutputGrads<'_, T>,
+    wanted: GradsWanted,
 ) -> Grads<T> {
     let spec = &plan.spec;
     let (batch, h, p, nd, rows) = (plan.b, plan.h, plan.p, plan.nd, plan.rows());
@@ -632,12 +656,23 @@ pub(crate) fn backward<T: Lane + Kept>(
             None => y,
         })
         .collect();
-    let mut dweights = vec![T::ZERO; plan.layout.params_size()];
+    let mut dweights = vec![
+        T::ZERO;
+        if wanted.weights {
+            plan.layout.params_size()
+        } else {
+            0
+        }
+    ];
     let mut dw_parts: Vec<Option<&mut [T]>> = {
         let mut parts = Vec::new();
         let mut rest = &mut dweights[..];
         let mut start = 0;
         for idx in 0..spec.num_pseudo_layers() {
+            if !wanted.weights {
+                parts.push(Some(&mut [][..]));
+                continue;
+            }
             let range = plan.params_range(idx / nd, idx % nd);
             let (head, tail) = core::mem::take(&mut rest).split_at_mut(range.end - start);
             parts.push(Some(&mut head[range.start - start..]));
@@ -650,9 +685,9 @@ pub(crate) fn backward<T: Lane + Kept>(
     let mut dc0 = (spec.mode == RnnMode::Lstm).then(|| vec![T::ZERO; layers * nd * batch * h]);
     let dropout = plan.desc.dropout.probability > 0.0;
     // Layer 0's input: the caller's x with padded rows zeroed, so that NaN there cannot
-    // reach dW_ih through 0 · NaN.
+    // reach dW_ih through 0 · NaN. Only `dW_ih` reads it.
     let clean_x;
-    let x: &[T] = if plan.padded {
+    let x: &[T] = if plan.padded && wanted.weights {
         let mut copy = inputs.x.to_vec();
         for (row, dst) in copy.chunks_mut(spec.d_input).enumerate() {
             let (t, b) = row_step(plan, row);
@@ -672,7 +707,8 @@ pub(crate) fn backward<T: Lane + Kept>(
         let masked;
         let input: &[T] = match layer {
             0 => x,
-            _ if dropout => {
+            // Only dW_ih reads the input (Note [Gradients not wanted]).
+            _ if dropout && wanted.weights => {
                 masked = dropped(plan, layer, outputs[layer - 1]);
                 &masked
             }
@@ -698,6 +734,7 @@ pub(crate) fn backward<T: Lane + Kept>(
                     dh_n: state_of(grads.dh_n, layer * nd + d, batch * p),
                     dc_n: state_of(grads.dc_n, layer * nd + d, batch * h),
                     threads: direction_threads(plan),
+                    weights: wanted.weights,
                 };
                 let gates = gate_blocks[layer * nd + d].take().expect("one block each");
                 let dw = dw_parts[layer * nd + d].take().expect("one part each");
@@ -708,15 +745,20 @@ pub(crate) fn backward<T: Lane + Kept>(
             let (dh, dc) = dir.run(gates, dw);
             (dir, gates, dh, dc)
         });
+        // The layer input's gradient: always below the top layer, where it carries the
+        // gradient down; at layer 0 only when `x`'s is wanted.
+        let input_wanted = layer > 0 || wanted.x;
         // Zeroed, but written before it is read (Note [Fresh gradient pages]).
-        let mut d_in = vec![T::ZERO; rows * in_size];
+        let mut d_in = vec![T::ZERO; if input_wanted { rows * in_size } else { 0 }];
         for (d, (dir, gates, dh, dc)) in results.into_iter().enumerate() {
             let idx = layer * nd + d;
             dh0[idx * batch * p..(idx + 1) * batch * p].copy_from_slice(&dh);
             if let (Some(dc0), Some(dc)) = (dc0.as_mut(), dc) {
                 dc0[idx * batch * h..(idx + 1) * batch * h].copy_from_slice(&dc);
             }
-            input_grad(plan, gates, &dir.w, &mut d_in, in_size, d == 0);
+            if input_wanted {
+                input_grad(plan, gates, &dir.w, &mut d_in, in_size, d == 0);
+            }
         }
         if layer == 0 {
             dx = d_in;

@@ -97,7 +97,7 @@ pub fn packed_weights_cached() -> usize {
     prepared::cached()
 }
 
-use crate::descriptor::RnnDescriptor;
+use crate::descriptor::{GradsWanted, RnnDescriptor};
 use plan::Plan;
 use schedule::in_pool;
 
@@ -176,6 +176,8 @@ pub fn forward<T: Element, W: Clone + Send + Sync + 'static>(
 /// kept (with the same `half`), whose first [`reserve_len`]`(desc, half)` elements are
 /// overwritten with gradients. Afterwards the buffer is kept for the next training forward
 /// (Note [Reserve reuse] in `recycle`). `y` is the forward's output (not read when `half`).
+/// Gradients not in `wanted` are returned empty, and their GEMMs skipped (Note [Gradients
+/// not wanted] in `backward`).
 ///
 /// # Panics
 ///
@@ -187,6 +189,7 @@ pub fn backward<T: Element>(
     mut reserve: Vec<T>,
     half: bool,
     grads: &OutputGrads<'_, T>,
+    wanted: GradsWanted,
 ) -> Grads<T> {
     let plan = Plan::new(desc);
     let payload = reserve_len(desc, half);
@@ -196,7 +199,10 @@ pub fn backward<T: Element>(
         reserve.len()
     );
     let host = inputs.plan_inputs(None);
-    let g = in_pool(|| backward::backward(&plan, &host, y, &mut reserve[..payload], half, grads));
+    let g = in_pool(|| {
+        let reserve = &mut reserve[..payload];
+        backward::backward(&plan, &host, y, reserve, half, grads, wanted)
+    });
     recycle(reserve);
     g
 }
