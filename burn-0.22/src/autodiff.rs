@@ -129,8 +129,12 @@ impl<B: FusedKernel> Backward<B, 4> for FusedRnnBackward {
             weights: node_w.is_some(),
         };
         let g = B::fused_backward(&s.desc, &inputs, &s.y, s.reserve, dy, dh_n, dc_n, wanted);
-        if let (Some(node), Some(dx)) = (node_x, g.dx) {
-            grads.register::<B>(node.id, dx);
+        // A wanted gradient the backend left out would silently go missing: refuse it.
+        let missing = |what: &str| {
+            format!("expected the backend's backward to return the gradient of {what}, which was wanted, got None")
+        };
+        if let Some(node) = node_x {
+            grads.register::<B>(node.id, g.dx.unwrap_or_else(|| panic!("{}", missing("x"))));
         }
         if let Some(node) = node_h0 {
             grads.register::<B>(node.id, g.dh0);
@@ -138,7 +142,10 @@ impl<B: FusedKernel> Backward<B, 4> for FusedRnnBackward {
         if let (Some(node), Some(dc0)) = (node_c0, g.dc0) {
             grads.register::<B>(node.id, dc0);
         }
-        if let (Some(node), Some(dweights)) = (node_w, g.dweights) {
+        if let Some(node) = node_w {
+            let dweights = g
+                .dweights
+                .unwrap_or_else(|| panic!("{}", missing("the weights")));
             grads.register::<B>(node.id, dweights);
         }
     }

@@ -656,14 +656,12 @@ pub(crate) fn backward<T: Lane + Kept>(
             None => y,
         })
         .collect();
-    let mut dweights = vec![
-        T::ZERO;
-        if wanted.weights {
-            plan.layout.params_size()
-        } else {
-            0
-        }
-    ];
+    let dw_len = if wanted.weights {
+        plan.layout.params_size()
+    } else {
+        0
+    };
+    let mut dweights = vec![T::ZERO; dw_len];
     let mut dw_parts: Vec<Option<&mut [T]>> = {
         let mut parts = Vec::new();
         let mut rest = &mut dweights[..];
