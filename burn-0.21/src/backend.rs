@@ -55,8 +55,10 @@ pub trait FusedRnnBackend: Backend {
     /// Backward pass (BPTT) from the output gradients, using the reserve of the training
     /// forward that produced `output`. Returns the input gradients in one go, in the
     /// inputs' dtype: every `wanted` one, and `dh0` (and `dc0`) always. A gradient not
-    /// wanted may be skipped (`None`) or computed anyway; the native CPU kernel skips its
-    /// GEMMs (the core crate's Note [Gradients not wanted]), the others compute it.
+    /// wanted may be skipped (`None`) or computed anyway; the native CPU kernel and the
+    /// CubeCL kernels skip its products (the core crate's Note [Gradients not wanted],
+    /// Note [Cube gradients not wanted] in `crate::cube`), cuDNN and the reference
+    /// compute it.
     fn fused_rnn_backward(
         desc: &RnnDescriptor,
         inputs: RnnInputs<Self>,

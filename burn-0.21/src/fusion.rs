@@ -14,9 +14,9 @@
 //! outputs are `y`, `h_n` and (LSTM) `c_n` in the descriptor's shapes and the input's
 //! dtype, then, for a training forward, the reserve as
 //! [`FusedRnnBackend::fused_rnn_reserve_layout`] of the inner backend declares it; the
-//! backward's are `dx`, `dh0`, (LSTM) `dc0` and the weight gradient. Optional inputs
-//! (`h0`, `c0`, output gradients) are left out of the op's input list; which ones are
-//! present travels with the op.
+//! backward's are `dx` (when wanted, `GradsWanted`), `dh0`, (LSTM) `dc0` and the weight
+//! gradient (when wanted). Optional inputs (`h0`, `c0`, output gradients) are left out of
+//! the op's input list; which ones are present travels with the op.
 //!
 //! The execution may come later, on another thread. Two things keep it to what was
 //! declared:
@@ -31,7 +31,9 @@
 use std::marker::PhantomData;
 
 use burn::tensor::{DType, Shape, TensorMetadata};
-use burn_fused_rnn_core::declared::{backward_names, check_declared, forward_names};
+use burn_fused_rnn_core::declared::{
+    backward_names, backward_outputs, check_declared, forward_names,
+};
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime, FusionTensor};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
@@ -96,6 +98,9 @@ struct BackwardOp<B> {
     desc: RnnDescriptor,
     present: Present,
     reserve_len: usize,
+    /// The gradients declared as outputs (the others are not computed where the inner
+    /// backend can skip them).
+    wanted: GradsWanted,
     settings: Settings,
     _backend: PhantomData<fn() -> B>,
 }
@@ -207,13 +212,10 @@ impl<B: FusionBackend + FusedRnnBackend> Operation<B::FusionRuntime> for Backwar
             dc0,
             dweights,
         } = self.settings.apply(|| {
-            let all = GradsWanted::ALL;
-            B::fused_rnn_backward(&self.desc, inputs, output, reserve, grads, all)
+            B::fused_rnn_backward(&self.desc, inputs, output, reserve, grads, self.wanted)
         });
-        // Every gradient is declared as an output, so every one is wanted.
-        let (dx, dweights) = (dx.expect("wanted dx"), dweights.expect("wanted dweights"));
-        let names = backward_names(dc0.is_some());
-        let tensors: Vec<_> = [dx, dh0].into_iter().chain(dc0).chain([dweights]).collect();
+        let names = backward_names(dc0.is_some(), self.wanted);
+        let tensors = backward_outputs(self.wanted, dx, dh0, dc0, dweights);
         register_outputs::<B>(handles, &self.ir.id, &names, &self.ir.outputs, tensors);
     }
 }
@@ -318,9 +320,10 @@ impl<B: FusionBackend + FusedRnnBackend> FusedRnnBackend for Fusion<B> {
         output: RnnOutput<Self>,
         reserve: RnnReserve<Self>,
         grads: RnnOutputGrads<Self>,
-        _wanted: GradsWanted,
+        wanted: GradsWanted,
     ) -> RnnGrads<Self> {
-        // Every gradient is computed: the custom op's outputs are declared up front.
+        // Only the wanted gradients are declared as the op's outputs (and computed where
+        // the inner backend skips the others).
         let present = Present {
             h0: inputs.h0.is_some(),
             c0: inputs.c0.is_some(),
@@ -333,14 +336,17 @@ impl<B: FusionBackend + FusedRnnBackend> FusedRnnBackend for Fusion<B> {
         let client = x.client.clone();
         let dtype = x.dtype();
         let has_cell = desc.spec.mode.has_cell_state();
-        let mut outputs = vec![
-            uninit::<B>(&x, desc.input_shape().to_vec(), dtype),
-            uninit::<B>(&x, desc.hidden_shape().to_vec(), dtype),
-        ];
+        let mut outputs = Vec::with_capacity(4);
+        if wanted.x {
+            outputs.push(uninit::<B>(&x, desc.input_shape().to_vec(), dtype));
+        }
+        outputs.push(uninit::<B>(&x, desc.hidden_shape().to_vec(), dtype));
         if has_cell {
             outputs.push(uninit::<B>(&x, desc.cell_shape().to_vec(), dtype));
         }
-        outputs.push(uninit::<B>(&x, vec![desc.params_size()], dtype));
+        if wanted.weights {
+            outputs.push(uninit::<B>(&x, vec![desc.params_size()], dtype));
+        }
 
         let reserve_len = reserve.tensors.len();
         let tensors: Vec<Tensor<B>> = [Some(x), inputs.h0, inputs.c0, Some(inputs.weights)]
@@ -358,21 +364,24 @@ impl<B: FusionBackend + FusedRnnBackend> FusedRnnBackend for Fusion<B> {
             desc: desc.clone(),
             present,
             reserve_len,
+            wanted,
             settings: Settings::now(),
             _backend: PhantomData,
         };
         let mut outs = client
             .register(streams, OperationIr::Custom(ir), op)
             .into_iter();
-        let dx = outs.next().expect("declared dx");
+        let dx = wanted.x.then(|| outs.next().expect("declared dx"));
         let dh0 = outs.next().expect("declared dh0");
         let dc0 = has_cell.then(|| outs.next().expect("declared dc0"));
-        let dweights = outs.next().expect("declared dweights");
+        let dweights = wanted
+            .weights
+            .then(|| outs.next().expect("declared dweights"));
         RnnGrads {
-            dx: Some(dx),
+            dx,
             dh0,
             dc0,
-            dweights: Some(dweights),
+            dweights,
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The CubeCL kernels (`burn_fused_rnn::cube`) on Wgpu, where the backend-parity suite
 //! (`tests/parity.rs`) does not reach: dropout between layers (the reference's masks, bit
 //! for bit), sequences of length 0, missing output gradients, a reserve of the other path
-//! or of another call, and the switch that turns the kernels off. Each check compares with
-//! the reference run on `NdArray<f64>` through `burn_fused_rnn::reference`'s functions
-//! directly, and asserts that the kernels ran (`cube::kernel_calls`).
+//! or of another call, the switch that turns the kernels off, and a backward that leaves
+//! out the gradients nobody wants. Each check compares with the reference run on
+//! `NdArray<f64>` through `burn_fused_rnn::reference`'s functions directly, and asserts
+//! that the kernels ran (`cube::kernel_calls`).
 //!
 //! The tests share the process-wide switch (`cube::set_enabled`) and counter, so each
 //! holds one lock for its whole run.
@@ -390,6 +391,100 @@ fn missing_output_gradients_are_zeros() {
         let got = run::<W>(&case, DType::F32, None);
         assert!(cube::kernel_calls() > before, "the kernels ran");
         assert_close(&format!("grads {grads:?}"), &got, &expected(&case));
+    }
+}
+
+/// The backward with only some gradients wanted (Note [Cube gradients not wanted] in
+/// `burn_fused_rnn::cube`): the unwanted ones come back as `None`, the others as the
+/// reference computes them.
+fn backward_wanted<B: FusedRnnBackend>(
+    case: &Case,
+    wanted: GradsWanted,
+) -> Vec<(&'static str, Vec<f64>)> {
+    let (out, reserve) = B::fused_rnn_forward_training(&case.desc, case.inputs::<B>(DType::F32));
+    let read = |t: B::FloatTensorPrimitive| -> Vec<f64> {
+        Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t))
+            .into_data()
+            .convert_dtype(DType::F64)
+            .to_vec()
+            .expect("f64 data")
+    };
+    let grads = B::fused_rnn_backward(
+        &case.desc,
+        case.inputs::<B>(DType::F32),
+        out,
+        reserve,
+        case.grads::<B>(DType::F32),
+        wanted,
+    );
+    assert_eq!(grads.dx.is_some(), wanted.x, "{wanted:?}: dx");
+    assert_eq!(
+        grads.dweights.is_some(),
+        wanted.weights,
+        "{wanted:?}: dweights"
+    );
+    let mut results = Vec::new();
+    if let Some(dx) = grads.dx {
+        results.push(("dx", read(dx)));
+    }
+    results.push(("dh0", read(grads.dh0)));
+    if let Some(dc0) = grads.dc0 {
+        results.push(("dc0", read(dc0)));
+    }
+    if let Some(dweights) = grads.dweights {
+        results.push(("dweights", read(dweights)));
+    }
+    results
+}
+
+/// Without `x`'s gradient, the weights' or both, the kernels' backward (plain and under
+/// Fusion) leaves them out and the rest match the reference: every mode, 3 layers, both
+/// directions, dropout, a length of 0, LSTM with a projection, skip input.
+#[test]
+fn unwanted_gradients_are_skipped_and_the_rest_match_the_reference() {
+    let Some(_lock) = wgpu("unwanted_gradients_are_skipped_and_the_rest_match_the_reference")
+    else {
+        return;
+    };
+    let dropout = DropoutSpec {
+        probability: 0.3,
+        seed: 5,
+    };
+    let configs = [
+        (RnnMode::Lstm, true, false),
+        (RnnMode::Gru, false, true),
+        (RnnMode::RnnRelu, false, false),
+    ];
+    for (mode, proj, skip) in configs {
+        let desc = RnnDescriptor::new(
+            spec(mode, 3, proj, skip),
+            5,
+            3,
+            false,
+            Some(vec![5, 0, 3]),
+            dropout,
+        );
+        let case = Case::new(desc, [true, true, true]);
+        let all = expected(&case);
+        for (x, weights) in [(false, true), (true, false), (false, false)] {
+            let wanted = GradsWanted { x, weights };
+            let want: Vec<_> = all
+                .iter()
+                .filter(|(name, _)| match *name {
+                    "dx" => x,
+                    "dweights" => weights,
+                    name => name == "dh0" || name == "dc0",
+                })
+                .cloned()
+                .collect();
+            let what = format!("{mode:?} proj {proj} skip {skip} {wanted:?}");
+            let before = cube::kernel_calls();
+            let got = backward_wanted::<W>(&case, wanted);
+            assert_eq!(cube::kernel_calls() - before, 2, "{what}: the kernels ran");
+            assert_close(&what, &got, &want);
+            let got = backward_wanted::<WFusion>(&case, wanted);
+            assert_close(&format!("{what}, fusion"), &got, &want);
+        }
     }
 }
 

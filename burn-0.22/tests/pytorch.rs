@@ -247,15 +247,27 @@ fn gradients_of_partial_losses_match_the_reference() {
 #[test]
 fn gradients_without_x_or_weights_match_pytorch() {
     let mut failures = Vec::new();
-    for device in [Device::ndarray().autodiff(), Device::flex().autodiff()] {
+    let mut devices = vec![
+        (Device::ndarray().autodiff(), DType::F64, F64, false),
+        (Device::flex().autodiff(), DType::F64, F64, false),
+    ];
+    // Wgpu (the CubeCL kernels under Fusion, which declare only the wanted gradients:
+    // Note [Cube gradients not wanted] in `src/cube`), in F32.
+    #[cfg(feature = "wgpu")]
+    if let Some(device) = common::wgpu_device("gradients_without_x_or_weights_match_pytorch") {
+        devices.push((device.autodiff(), DType::F32, F32, true));
+    }
+    #[allow(unused_variables)] // `cube`: read with `wgpu`
+    for (device, dtype, tol, cube) in devices {
+        #[cfg(feature = "wgpu")]
+        let kernel_calls = burn_fused_rnn::cube::kernel_calls();
         for tracked in [[false, true], [true, false]] {
             for case in &fixtures().cases {
                 let ctx = format!(
                     "{device:?} {} tracked [x, weights] = {tracked:?}",
                     case.name
                 );
-                let got =
-                    case_gradients(case, &device, DType::F64, Path::Module, [true; 3], tracked);
+                let got = case_gradients(case, &device, dtype, Path::Module, [true; 3], tracked);
                 let flat_dweights = case.flat_dweights();
                 for (name, got) in &got {
                     let expected = match *name {
@@ -264,12 +276,23 @@ fn gradients_without_x_or_weights_match_pytorch() {
                         "dc0" => case.dc0.as_ref().expect("an LSTM case"),
                         _ => &flat_dweights,
                     };
-                    failures.extend(check_values(&ctx, name, got, expected, F64).err());
+                    failures.extend(check_values(&ctx, name, got, expected, tol).err());
                 }
                 let names: Vec<&str> = got.iter().map(|(n, _)| *n).collect();
                 assert_eq!(names.contains(&"dx"), tracked[0], "{ctx}: {names:?}");
                 assert_eq!(names.contains(&"dweights"), tracked[1], "{ctx}: {names:?}");
             }
+        }
+        // Wgpu's calls ran the kernels (each case twice: a training forward, a backward).
+        #[cfg(feature = "wgpu")]
+        {
+            let calls = burn_fused_rnn::cube::kernel_calls() - kernel_calls;
+            let expected = if cube {
+                4 * fixtures().cases.len() as u64
+            } else {
+                0
+            };
+            assert_eq!(calls, expected, "{device:?}: CubeCL kernel calls");
         }
     }
     report(failures);

@@ -3,6 +3,8 @@
 
 use core::fmt::Debug;
 
+use crate::GradsWanted;
+
 /// The names of a forward's outputs, in declaration order: `y`, `h_n`, `c_n` (when the
 /// mode has a cell state), then `reserve[i]` for each of the reserve's `reserve` tensors.
 pub fn forward_names(cell: bool, reserve: usize) -> Vec<String> {
@@ -14,15 +16,55 @@ pub fn forward_names(cell: bool, reserve: usize) -> Vec<String> {
     names
 }
 
-/// The names of a backward's outputs, in declaration order: `dx`, `dh0`, `dc0` (when the
-/// mode has a cell state), `dweights`.
-pub fn backward_names(cell: bool) -> Vec<String> {
-    let mut names = vec!["dx".to_string(), "dh0".to_string()];
+/// The names of a backward's outputs, in declaration order: `dx` (when wanted), `dh0`,
+/// `dc0` (when the mode has a cell state), `dweights` (when wanted). A gradient nobody
+/// wants is not declared, so that the op need not compute it (Note [Gradients not
+/// wanted] in the CPU kernel's backward).
+pub fn backward_names(cell: bool, wanted: GradsWanted) -> Vec<String> {
+    let mut names = Vec::with_capacity(4);
+    if wanted.x {
+        names.push("dx".to_string());
+    }
+    names.push("dh0".to_string());
     if cell {
         names.push("dc0".into());
     }
-    names.push("dweights".into());
+    if wanted.weights {
+        names.push("dweights".into());
+    }
     names
+}
+
+/// A backward's results as its declared outputs, in [`backward_names`] order: the wanted
+/// gradients, `dh0` and `dc0`. A gradient a backend computed without being asked is
+/// dropped.
+///
+/// # Panics
+///
+/// If a wanted gradient is missing (`None`), naming it: its declared output would have
+/// no tensor behind it.
+pub fn backward_outputs<T>(
+    wanted: GradsWanted,
+    dx: Option<T>,
+    dh0: T,
+    dc0: Option<T>,
+    dweights: Option<T>,
+) -> Vec<T> {
+    let need = |t: Option<T>, want: bool, name: &str| -> Option<T> {
+        if !want {
+            return None;
+        }
+        Some(t.unwrap_or_else(|| {
+            panic!("expected the backend's backward to return {name}, which was wanted, got None")
+        }))
+    };
+    let dx = need(dx, wanted.x, "dx");
+    let dweights = need(dweights, wanted.weights, "dweights");
+    dx.into_iter()
+        .chain([dh0])
+        .chain(dc0)
+        .chain(dweights)
+        .collect()
 }
 
 /// Whether the tensors op `op`'s execution returned (`got`: shape and dtype each) are the
@@ -91,8 +133,50 @@ mod tests {
         assert_eq!(check(&declared()), Ok(()));
         assert_eq!(forward_names(true, 1), ["y", "h_n", "c_n", "reserve[0]"]);
         assert_eq!(forward_names(false, 0), ["y", "h_n"]);
-        assert_eq!(backward_names(false), ["dx", "dh0", "dweights"]);
-        assert_eq!(backward_names(true), ["dx", "dh0", "dc0", "dweights"]);
+        let all = GradsWanted::ALL;
+        assert_eq!(backward_names(false, all), ["dx", "dh0", "dweights"]);
+        assert_eq!(backward_names(true, all), ["dx", "dh0", "dc0", "dweights"]);
+    }
+
+    /// Only the wanted gradients are declared, and the outputs line up with the names:
+    /// an unwanted gradient a backend computed anyway is dropped, a wanted one missing
+    /// panics naming it.
+    #[test]
+    fn only_the_wanted_gradients_are_declared() {
+        let frozen = GradsWanted {
+            x: true,
+            weights: false,
+        };
+        let data = GradsWanted {
+            x: false,
+            weights: true,
+        };
+        assert_eq!(backward_names(true, frozen), ["dx", "dh0", "dc0"]);
+        assert_eq!(backward_names(false, data), ["dh0", "dweights"]);
+        let none = GradsWanted {
+            x: false,
+            weights: false,
+        };
+        assert_eq!(backward_names(false, none), ["dh0"]);
+        let out = |w| backward_outputs(w, Some("dx"), "dh0", Some("dc0"), Some("dw"));
+        assert_eq!(out(frozen), ["dx", "dh0", "dc0"]);
+        assert_eq!(out(data), ["dh0", "dc0", "dw"]);
+        assert_eq!(out(GradsWanted::ALL), ["dx", "dh0", "dc0", "dw"]);
+        assert_eq!(
+            backward_outputs(data, None, "dh0", None, Some("dw")),
+            ["dh0", "dw"]
+        );
+        let missing = std::panic::catch_unwind(|| {
+            backward_outputs(frozen, None, "dh0", None, Some("dw"));
+        })
+        .expect_err("a wanted dx missing");
+        let message = missing
+            .downcast_ref::<String>()
+            .expect("a formatted message");
+        assert_eq!(
+            message,
+            "expected the backend's backward to return dx, which was wanted, got None"
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::kernel::{self, RecurrentLaunch};
 use super::plan::{
     dropout_mask, empty, lengths, owned_copy, unused, zero_padded_rows, CubeOps, Launch, Plan,
 };
+use crate::descriptor::GradsWanted;
 use crate::layout::ParamKind;
 
 /// Output gradients, packed `F32`; `None` is zero.
@@ -22,13 +23,14 @@ pub(crate) struct OutputGrads<R: CubeRuntime> {
     pub(crate) dc_n: Option<CubeTensor<R>>,
 }
 
-/// Input gradients, packed `F32`.
+/// Input gradients, packed `F32`; `dx` and `dweights` are `None` when not wanted (Note
+/// [Cube gradients not wanted]).
 pub(crate) struct Grads<R: CubeRuntime> {
     /// `[T·B, I]` rows.
-    pub(crate) dx: CubeTensor<R>,
+    pub(crate) dx: Option<CubeTensor<R>>,
     pub(crate) dh0: CubeTensor<R>,
     pub(crate) dc0: Option<CubeTensor<R>>,
-    pub(crate) dweights: CubeTensor<R>,
+    pub(crate) dweights: Option<CubeTensor<R>>,
 }
 
 /// What the training forward kept for one layer (Note [Cube reserve] in `super`).
@@ -146,85 +148,90 @@ fn scan<R: CubeRuntime>(
     grads
 }
 
-/// The weight gradients of `layer` (into `parts`, by pseudo-layer and kind) and the
-/// gradient of its input, from what its scan wrote: matmuls over every step.
+/// The weight gradients of `layer` (into `parts`, by pseudo-layer and kind, when
+/// `wanted.weights`) and the gradient of its input (`None` at layer 0 without
+/// `wanted.x`), from what its scan wrote: matmuls over every step. `input` is the layer's
+/// input, read only for `dW_ih`.
 #[allow(clippy::too_many_arguments)]
 fn weight_grads<B: CubeOps>(
     plan: &Plan<'_>,
     layer: usize,
     w: &CubeTensor<B::Runtime>,
-    input: CubeTensor<B::Runtime>,
+    input: impl FnOnce() -> CubeTensor<B::Runtime>,
     h_prev: &CubeTensor<B::Runtime>,
     grads: &ScanGrads<B::Runtime>,
     parts: &mut [Vec<(ParamKind, Tensor<B, 1>)>],
-) -> CubeTensor<B::Runtime> {
+    wanted: GradsWanted,
+) -> Option<CubeTensor<B::Runtime>> {
     let spec = &plan.spec;
     let (h, p, nd, g, rows, gh) = (plan.h, plan.p, plan.nd, plan.g, plan.rows(), plan.gh());
     let in_size = spec.layer_input_size(layer);
     let skip = layer == 0 && spec.skip_input;
     let dg: Tensor<B, 2> = tensor(grads.dg.clone());
-    let bias_sums: Tensor<B, 1> = dg.clone().sum_dim(0).reshape([nd * gh]);
-    let d_in = if skip {
-        // Skip input: x entered every gate block of both directions.
-        prim(
-            dg.clone()
-                .reshape([rows, nd * g, h])
-                .sum_dim(1)
-                .reshape([rows, h]),
-        )
-    } else {
-        // Both directions at once: dW_ih = dG^T input, d_input = dG [W_ih0; W_ih1].
-        let dw_ih: Tensor<B, 2> = weight_grad(dg.clone(), tensor(input));
-        for d in 0..nd {
-            parts[layer * nd + d].push((
-                ParamKind::WeightIh,
-                dw_ih.clone().narrow(0, d * gh, gh).reshape([gh * in_size]),
-            ));
-        }
-        matmul::<B>(grads.dg.clone(), input_weights::<B>(plan, w, layer))
-    };
-    for d in 0..nd {
-        let part = &mut parts[layer * nd + d];
-        let h_prev: Tensor<B, 2> = tensor::<B, 2>(h_prev.clone()).narrow(0, d * rows, rows);
-        let dg_d = dg.clone().narrow(1, d * gh, gh);
-        let sums = bias_sums.clone().narrow(0, d * gh, gh);
-        let (dw_hh, db_hh) = if plan.mode == kernel::GRU {
-            // The recurrent operand's n block is the gradient of R_n h + b_Rn.
-            let dn_d: Tensor<B, 2> = tensor::<B, 2>(grads.dn.clone()).narrow(1, d * h, h);
-            let rz = dg_d.narrow(1, 0, 2 * h);
-            let dw = Tensor::cat(
-                vec![
-                    weight_grad(rz, h_prev.clone()),
-                    weight_grad(dn_d.clone(), h_prev),
-                ],
-                0,
-            );
-            let db = Tensor::cat(
-                vec![
-                    sums.clone().narrow(0, 0, 2 * h),
-                    dn_d.sum_dim(0).reshape([h]),
-                ],
-                0,
-            );
-            (dw, db)
-        } else {
-            (weight_grad(dg_d, h_prev), sums.clone())
-        };
-        part.push((ParamKind::WeightHh, dw_hh.reshape([gh * p])));
-        if spec.bias {
-            if !skip {
-                part.push((ParamKind::BiasIh, sums));
+    if wanted.weights {
+        let bias_sums: Tensor<B, 1> = dg.clone().sum_dim(0).reshape([nd * gh]);
+        if !skip {
+            // Both directions at once: dW_ih = dG^T input.
+            let dw_ih: Tensor<B, 2> = weight_grad(dg.clone(), tensor(input()));
+            for d in 0..nd {
+                parts[layer * nd + d].push((
+                    ParamKind::WeightIh,
+                    dw_ih.clone().narrow(0, d * gh, gh).reshape([gh * in_size]),
+                ));
             }
-            part.push((ParamKind::BiasHh, db_hh));
         }
-        if spec.proj_size.is_some() {
-            // h' = m W_hr^T: dW_hr = dh'^T m over every step (both zero at padded rows).
-            let dp: Tensor<B, 2> = tensor::<B, 2>(grads.dproj.clone()).narrow(1, d * p, p);
-            let m_d: Tensor<B, 2> = tensor::<B, 2>(grads.m.clone()).narrow(1, d * h, h);
-            part.push((ParamKind::WeightHr, weight_grad(dp, m_d).reshape([p * h])));
+        for d in 0..nd {
+            let part = &mut parts[layer * nd + d];
+            let h_prev: Tensor<B, 2> = tensor::<B, 2>(h_prev.clone()).narrow(0, d * rows, rows);
+            let dg_d = dg.clone().narrow(1, d * gh, gh);
+            let sums = bias_sums.clone().narrow(0, d * gh, gh);
+            let (dw_hh, db_hh) = if plan.mode == kernel::GRU {
+                // The recurrent operand's n block is the gradient of R_n h + b_Rn.
+                let dn_d: Tensor<B, 2> = tensor::<B, 2>(grads.dn.clone()).narrow(1, d * h, h);
+                let rz = dg_d.narrow(1, 0, 2 * h);
+                let dw = Tensor::cat(
+                    vec![
+                        weight_grad(rz, h_prev.clone()),
+                        weight_grad(dn_d.clone(), h_prev),
+                    ],
+                    0,
+                );
+                let db = Tensor::cat(
+                    vec![
+                        sums.clone().narrow(0, 0, 2 * h),
+                        dn_d.sum_dim(0).reshape([h]),
+                    ],
+                    0,
+                );
+                (dw, db)
+            } else {
+                (weight_grad(dg_d, h_prev), sums.clone())
+            };
+            part.push((ParamKind::WeightHh, dw_hh.reshape([gh * p])));
+            if spec.bias {
+                if !skip {
+                    part.push((ParamKind::BiasIh, sums));
+                }
+                part.push((ParamKind::BiasHh, db_hh));
+            }
+            if spec.proj_size.is_some() {
+                // h' = m W_hr^T: dW_hr = dh'^T m over every step (both zero at padded rows).
+                let dp: Tensor<B, 2> = tensor::<B, 2>(grads.dproj.clone()).narrow(1, d * p, p);
+                let m_d: Tensor<B, 2> = tensor::<B, 2>(grads.m.clone()).narrow(1, d * h, h);
+                part.push((ParamKind::WeightHr, weight_grad(dp, m_d).reshape([p * h])));
+            }
         }
     }
-    d_in
+    if layer == 0 && !wanted.x {
+        return None;
+    }
+    Some(if skip {
+        // Skip input: x entered every gate block of both directions.
+        prim(dg.reshape([rows, nd * g, h]).sum_dim(1).reshape([rows, h]))
+    } else {
+        // Both directions at once: d_input = dG [W_ih0; W_ih1].
+        matmul::<B>(grads.dg.clone(), input_weights::<B>(plan, w, layer))
+    })
 }
 
 /// The backward pass from the reserve of [`super::forward::forward`].
@@ -233,6 +240,7 @@ pub(crate) fn backward<B: CubeOps>(
     inputs: Inputs<B::Runtime>,
     reserve: Vec<CubeTensor<B::Runtime>>,
     grads: OutputGrads<B::Runtime>,
+    wanted: GradsWanted,
 ) -> Grads<B::Runtime> {
     let spec = &plan.spec;
     let (batch, h, p, nd, rows) = (plan.b, plan.h, plan.p, plan.nd, plan.rows());
@@ -263,7 +271,7 @@ pub(crate) fn backward<B: CubeOps>(
     for layer in (0..layers).rev() {
         let saved = per_layer.pop().expect("one entry per layer");
         let scanned = scan(plan, layer, w, &lens, &saved, &d_out, &carry);
-        let input = match saved.input {
+        let input = || match saved.input {
             Some(input) => input,
             // Layer 0 reads the caller's x, whose padded rows may hold anything: zero
             // them before dW_ih = dG^T x (Note [Padding never leaks] in
@@ -273,7 +281,19 @@ pub(crate) fn backward<B: CubeOps>(
             }
             None => x.clone(),
         };
-        let d_in = weight_grads::<B>(plan, layer, w, input, &saved.h_prev, &scanned, &mut parts);
+        let d_in = weight_grads::<B>(
+            plan,
+            layer,
+            w,
+            input,
+            &saved.h_prev,
+            &scanned,
+            &mut parts,
+            wanted,
+        );
+        let Some(d_in) = d_in else {
+            break; // layer 0, x's gradient not wanted
+        };
         if layer == 0 {
             dx = Some(d_in);
         } else if plan.desc.dropout.probability > 0.0 {
@@ -286,19 +306,22 @@ pub(crate) fn backward<B: CubeOps>(
     }
 
     // dweights in the canonical flat order.
-    let mut flat = Vec::with_capacity(plan.layout.entries().len());
-    for e in plan.layout.entries() {
-        let cell = &mut parts[e.layer * nd + e.direction];
-        let pos = cell
-            .iter()
-            .position(|(k, _)| *k == e.kind)
-            .expect("a gradient for every tensor of the layout");
-        flat.push(cell.swap_remove(pos).1);
-    }
+    let dweights = wanted.weights.then(|| {
+        let mut flat = Vec::with_capacity(plan.layout.entries().len());
+        for e in plan.layout.entries() {
+            let cell = &mut parts[e.layer * nd + e.direction];
+            let pos = cell
+                .iter()
+                .position(|(k, _)| *k == e.kind)
+                .expect("a gradient for every tensor of the layout");
+            flat.push(cell.swap_remove(pos).1);
+        }
+        prim(Tensor::cat(flat, 0))
+    });
     Grads {
-        dx: with_shape(dx.expect("layer 0 ran"), &[rows, spec.d_input]),
+        dx: dx.map(|dx| with_shape(dx, &[rows, spec.d_input])),
         dh0: carry.dh,
         dc0: carry.dc,
-        dweights: prim(Tensor::cat(flat, 0)),
+        dweights,
     }
 }

@@ -96,6 +96,17 @@
 //! gradient `dG · [W_ih0; W_ih1]` for both directions in one matmul each; `dW_hh = dG^T ·
 //! h_prev` and `dW_hr = dh'^T · m` per direction; bias gradients as column sums.
 //!
+//! # Note [Cube gradients not wanted]
+//!
+//! The autodiff node asks only for the gradients of its tracked inputs (`GradsWanted`,
+//! the core crate's Note [Gradients not wanted]). The scans always run (they carry `dh0`,
+//! `dc0` and every layer's input gradient down), but the matmuls over every step that
+//! only serve an unwanted gradient do not: without the weights' gradient, no `dW_ih`,
+//! `dW_hh`, `dW_hr` or bias sum, and layer 0's input (with its padded rows zeroed) is not
+//! read; without `x`'s, layer 0's `dG · [W_ih0; W_ih1]` (or the skip input's sum). The
+//! unwanted gradient comes back as `None`. Under Fusion only the wanted gradients are
+//! declared as the custom op's outputs, so the same work is skipped there.
+//!
 //! # Note [Cube reserve]
 //!
 //! A training forward keeps a first 1-D tensor that only carries the kernels' tag (Note
@@ -300,15 +311,15 @@ pub(crate) fn backward<B: CubeOps>(
         .skip(1) // the tag
         .map(burn_cubecl::kernel::into_contiguous)
         .collect();
-    let g = backward::backward::<B>(&plan, inputs, reserve, grads);
+    // Only the wanted gradients are computed (Note [Cube gradients not wanted]).
+    let g = backward::backward::<B>(&plan, inputs, reserve, grads, wanted);
     let back = |t: CubeTensor<B::Runtime>, shape: &[usize]| {
         crate::op_types::cast::<B>(forward::with_shape(t, shape), dtype)
     };
-    // Every gradient is computed (`wanted` is not read).
     RnnGrads {
-        dx: Some(back(g.dx, &desc.input_shape())),
+        dx: g.dx.map(|dx| back(dx, &desc.input_shape())),
         dh0: back(g.dh0, &desc.hidden_shape()),
         dc0: g.dc0.map(|c| back(c, &desc.cell_shape())),
-        dweights: Some(back(g.dweights, &[desc.params_size()])),
+        dweights: g.dweights.map(|dw| back(dw, &[desc.params_size()])),
     }
 }

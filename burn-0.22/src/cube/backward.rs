@@ -15,6 +15,7 @@ use super::plan::{
     dropout_mask, empty, lengths, owned_copy, unused, zero_padded_rows, Launch, Plan,
 };
 use crate::layout::ParamKind;
+use burn_fused_rnn_core::GradsWanted;
 
 /// Output gradients, packed `F32`; `None` is zero.
 pub(crate) struct OutputGrads {
@@ -24,13 +25,14 @@ pub(crate) struct OutputGrads {
     pub(crate) dc_n: Option<CubeTensor>,
 }
 
-/// Input gradients, packed `F32`.
+/// Input gradients, packed `F32`; `dx` and `dweights` are `None` when not wanted (Note
+/// [Cube gradients not wanted]).
 pub(crate) struct Grads {
     /// `[T·B, I]` rows.
-    pub(crate) dx: CubeTensor,
+    pub(crate) dx: Option<CubeTensor>,
     pub(crate) dh0: CubeTensor,
     pub(crate) dc0: Option<CubeTensor>,
-    pub(crate) dweights: CubeTensor,
+    pub(crate) dweights: Option<CubeTensor>,
 }
 
 /// What the training forward kept for one layer (Note [Cube reserve] in `super`).
@@ -174,25 +176,79 @@ fn weight_grad(d: CubeTensor, a: CubeTensor) -> CubeTensor {
     matmul(transpose(d), a)
 }
 
-/// The weight gradients of `layer` (into `parts`, by pseudo-layer and kind) and the
-/// gradient of its input, from what its scan wrote: matmuls over every step.
+/// The weight gradients of `layer` (into `parts`, by pseudo-layer and kind, when
+/// `wanted.weights`) and the gradient of its input (`None` at layer 0 without
+/// `wanted.x`), from what its scan wrote: matmuls over every step (Note [Cube gradients
+/// not wanted] in `super`). `input` gives the layer's input, read only for `dW_ih`.
 #[allow(clippy::too_many_arguments)]
 fn weight_grads(
     plan: &Plan<'_>,
     layer: usize,
     w: &CubeTensor,
-    input: CubeTensor,
+    input: impl FnOnce() -> CubeTensor,
     h_prev: &CubeTensor,
     grads: &ScanGrads,
     parts: &mut [Vec<(ParamKind, CubeTensor)>],
-) -> CubeTensor {
+    wanted: GradsWanted,
+) -> Option<CubeTensor> {
     let spec = &plan.spec;
     let (h, p, nd, g, rows, gh) = (plan.h, plan.p, plan.nd, plan.g, plan.rows(), plan.gh());
     let in_size = spec.layer_input_size(layer);
     let skip = layer == 0 && spec.skip_input;
     let dg = &grads.dg;
-    let bias_sums = column_sums(dg.clone());
-    let d_in = if skip {
+    if wanted.weights {
+        let bias_sums = column_sums(dg.clone());
+        if !skip {
+            // Both directions at once: dW_ih = dG^T input.
+            let dw_ih = weight_grad(dg.clone(), input());
+            for d in 0..nd {
+                parts[layer * nd + d].push((
+                    ParamKind::WeightIh,
+                    reshape(narrow(&dw_ih, 0, d * gh, gh), &[gh * in_size]),
+                ));
+            }
+        }
+        for d in 0..nd {
+            let part = &mut parts[layer * nd + d];
+            let h_prev = narrow(h_prev, 0, d * rows, rows);
+            let dg_d = narrow(dg, 1, d * gh, gh);
+            let sums = narrow(&bias_sums, 0, d * gh, gh);
+            let (dw_hh, db_hh) = if plan.mode == kernel::GRU {
+                // The recurrent operand's n block is the gradient of R_n h + b_Rn.
+                let dn_d = narrow(&grads.dn, 1, d * h, h);
+                let rz = narrow(&dg_d, 1, 0, 2 * h);
+                let dw = CubeBackend::float_cat(
+                    vec![
+                        weight_grad(rz, h_prev.clone()),
+                        weight_grad(dn_d.clone(), h_prev),
+                    ],
+                    0,
+                );
+                let db =
+                    CubeBackend::float_cat(vec![narrow(&sums, 0, 0, 2 * h), column_sums(dn_d)], 0);
+                (dw, db)
+            } else {
+                (weight_grad(dg_d, h_prev), sums.clone())
+            };
+            part.push((ParamKind::WeightHh, reshape(dw_hh, &[gh * p])));
+            if spec.bias {
+                if !skip {
+                    part.push((ParamKind::BiasIh, sums));
+                }
+                part.push((ParamKind::BiasHh, db_hh));
+            }
+            if spec.proj_size.is_some() {
+                // h' = m W_hr^T: dW_hr = dh'^T m over every step (both zero at padded rows).
+                let dp = narrow(&grads.dproj, 1, d * p, p);
+                let m_d = narrow(&grads.m, 1, d * h, h);
+                part.push((ParamKind::WeightHr, reshape(weight_grad(dp, m_d), &[p * h])));
+            }
+        }
+    }
+    if layer == 0 && !wanted.x {
+        return None;
+    }
+    Some(if skip {
         // Skip input: x entered every gate block of both directions.
         let per_block = reshape(dg.clone(), &[rows, nd * g, h]);
         into_contiguous(reshape(
@@ -200,52 +256,9 @@ fn weight_grads(
             &[rows, h],
         ))
     } else {
-        // Both directions at once: dW_ih = dG^T input, d_input = dG [W_ih0; W_ih1].
-        let dw_ih = weight_grad(dg.clone(), input);
-        for d in 0..nd {
-            parts[layer * nd + d].push((
-                ParamKind::WeightIh,
-                reshape(narrow(&dw_ih, 0, d * gh, gh), &[gh * in_size]),
-            ));
-        }
+        // Both directions at once: d_input = dG [W_ih0; W_ih1].
         matmul(dg.clone(), input_weights(plan, w, layer))
-    };
-    for d in 0..nd {
-        let part = &mut parts[layer * nd + d];
-        let h_prev = narrow(h_prev, 0, d * rows, rows);
-        let dg_d = narrow(dg, 1, d * gh, gh);
-        let sums = narrow(&bias_sums, 0, d * gh, gh);
-        let (dw_hh, db_hh) = if plan.mode == kernel::GRU {
-            // The recurrent operand's n block is the gradient of R_n h + b_Rn.
-            let dn_d = narrow(&grads.dn, 1, d * h, h);
-            let rz = narrow(&dg_d, 1, 0, 2 * h);
-            let dw = CubeBackend::float_cat(
-                vec![
-                    weight_grad(rz, h_prev.clone()),
-                    weight_grad(dn_d.clone(), h_prev),
-                ],
-                0,
-            );
-            let db = CubeBackend::float_cat(vec![narrow(&sums, 0, 0, 2 * h), column_sums(dn_d)], 0);
-            (dw, db)
-        } else {
-            (weight_grad(dg_d, h_prev), sums.clone())
-        };
-        part.push((ParamKind::WeightHh, reshape(dw_hh, &[gh * p])));
-        if spec.bias {
-            if !skip {
-                part.push((ParamKind::BiasIh, sums));
-            }
-            part.push((ParamKind::BiasHh, db_hh));
-        }
-        if spec.proj_size.is_some() {
-            // h' = m W_hr^T: dW_hr = dh'^T m over every step (both zero at padded rows).
-            let dp = narrow(&grads.dproj, 1, d * p, p);
-            let m_d = narrow(&grads.m, 1, d * h, h);
-            part.push((ParamKind::WeightHr, reshape(weight_grad(dp, m_d), &[p * h])));
-        }
-    }
-    d_in
+    })
 }
 
 /// The backward pass from the reserve of [`super::forward::forward`].
@@ -254,6 +267,7 @@ pub(crate) fn backward(
     inputs: Inputs,
     reserve: Vec<CubeTensor>,
     grads: OutputGrads,
+    wanted: GradsWanted,
 ) -> Grads {
     let spec = &plan.spec;
     let (batch, h, p, nd, rows) = (plan.b, plan.h, plan.p, plan.nd, plan.rows());
@@ -284,7 +298,7 @@ pub(crate) fn backward(
     for layer in (0..layers).rev() {
         let saved = per_layer.pop().expect("one entry per layer");
         let scanned = scan(plan, layer, w, &lens, &saved, &d_out, &carry);
-        let input = match saved.input {
+        let input = || match saved.input {
             Some(input) => input,
             // Layer 0 reads the caller's x, whose padded rows may hold anything: zero
             // them before dW_ih = dG^T x (Note [Padding never leaks] in
@@ -294,7 +308,19 @@ pub(crate) fn backward(
             }
             None => x.clone(),
         };
-        let d_in = weight_grads(plan, layer, w, input, &saved.h_prev, &scanned, &mut parts);
+        let d_in = weight_grads(
+            plan,
+            layer,
+            w,
+            input,
+            &saved.h_prev,
+            &scanned,
+            &mut parts,
+            wanted,
+        );
+        let Some(d_in) = d_in else {
+            break; // layer 0, x's gradient not wanted
+        };
         if layer == 0 {
             dx = Some(d_in);
         } else if plan.desc.dropout.probability > 0.0 {
@@ -307,19 +333,22 @@ pub(crate) fn backward(
     }
 
     // dweights in the canonical flat order.
-    let mut flat = Vec::with_capacity(plan.layout.entries().len());
-    for e in plan.layout.entries() {
-        let cell = &mut parts[e.layer * nd + e.direction];
-        let pos = cell
-            .iter()
-            .position(|(k, _)| *k == e.kind)
-            .expect("a gradient for every tensor of the layout");
-        flat.push(cell.swap_remove(pos).1);
-    }
+    let dweights = wanted.weights.then(|| {
+        let mut flat = Vec::with_capacity(plan.layout.entries().len());
+        for e in plan.layout.entries() {
+            let cell = &mut parts[e.layer * nd + e.direction];
+            let pos = cell
+                .iter()
+                .position(|(k, _)| *k == e.kind)
+                .expect("a gradient for every tensor of the layout");
+            flat.push(cell.swap_remove(pos).1);
+        }
+        into_contiguous(CubeBackend::float_cat(flat, 0))
+    });
     Grads {
-        dx: with_shape(dx.expect("layer 0 ran"), &[rows, spec.d_input]),
+        dx: dx.map(|dx| with_shape(dx, &[rows, spec.d_input])),
         dh0: carry.dh,
         dc0: carry.dc,
-        dweights: into_contiguous(CubeBackend::float_cat(flat, 0)),
+        dweights,
     }
 }

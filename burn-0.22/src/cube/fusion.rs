@@ -14,8 +14,9 @@
 //! runs, and Fusion builds the tensors it hands on from that declaration. A forward's
 //! outputs are `y`, `h_n` and (LSTM) `c_n` in the descriptor's shapes and the input's
 //! dtype, then, for a training forward, the reserve (Note [Cube reserve] in `super`: `F32`
-//! tensors whose shapes follow from the descriptor alone); a backward's are `dx`, `dh0`,
-//! (LSTM) `dc0` and the weight gradient. Output gradients that are zero (`None`) are left
+//! tensors whose shapes follow from the descriptor alone); a backward's are `dx` (when
+//! wanted, Note [Cube gradients not wanted] in `super`), `dh0`, (LSTM) `dc0` and the weight
+//! gradient (when wanted). Output gradients that are zero (`None`) are left
 //! out of the backward's inputs; which ones are present travels with the op. The
 //! execution compares the count, shape and dtype of every tensor the kernels returned with
 //! the declaration and fails the op naming the first mismatch, instead of handing on a
@@ -28,7 +29,9 @@ use burn_fusion::custom::{
 };
 use burn_fusion::{ExecutionError, Fusion, FusionBackend, FusionRuntime, FusionTensor};
 
-use burn_fused_rnn_core::declared::{backward_names, check_declared, forward_names};
+use burn_fused_rnn_core::declared::{
+    backward_names, backward_outputs, check_declared, forward_names,
+};
 
 use crate::descriptor::RnnDescriptor;
 use crate::prims::{FusedKernel, Grads, Inputs, Outputs};
@@ -59,6 +62,8 @@ struct BackwardOp {
     ir: CustomOpIr,
     desc: RnnDescriptor,
     present: Present,
+    /// The gradients declared as outputs; the kernels skip the others.
+    wanted: GradsWanted,
 }
 
 /// Reads an op's inputs in order.
@@ -155,14 +160,10 @@ impl Operation<Runtime> for BackwardOp {
             dy,
             dh_n,
             dc_n,
-            GradsWanted::ALL,
+            self.wanted,
         );
-        let names = backward_names(g.dc0.is_some());
-        let tensors: Vec<Inner> = [g.dx.expect("dx, always computed"), g.dh0]
-            .into_iter()
-            .chain(g.dc0)
-            .chain([g.dweights.expect("dweights, always computed")])
-            .collect();
+        let names = backward_names(g.dc0.is_some(), self.wanted);
+        let tensors = backward_outputs(self.wanted, g.dx, g.dh0, g.dc0, g.dweights);
         register_outputs(handles, &self.ir, &names, tensors)
     }
 }
@@ -243,19 +244,23 @@ impl FusedKernel for Fusion<CubeBackend> {
         dy: Option<Lazy>,
         dh_n: Option<Lazy>,
         dc_n: Option<Lazy>,
-        _wanted: GradsWanted,
+        wanted: GradsWanted,
     ) -> Grads<Self> {
         let x = &inputs.x;
         let dtype = x.dtype();
         let cell = desc.spec.mode.has_cell_state();
-        let mut outputs = vec![
-            uninit(x, &desc.input_shape(), dtype),
-            uninit(x, &desc.hidden_shape(), dtype),
-        ];
+        // Only the wanted gradients are declared (and computed).
+        let mut outputs = Vec::with_capacity(4);
+        if wanted.x {
+            outputs.push(uninit(x, &desc.input_shape(), dtype));
+        }
+        outputs.push(uninit(x, &desc.hidden_shape(), dtype));
         if cell {
             outputs.push(uninit(x, &desc.cell_shape(), dtype));
         }
-        outputs.push(uninit(x, &[desc.params_size()], dtype));
+        if wanted.weights {
+            outputs.push(uninit(x, &[desc.params_size()], dtype));
+        }
         let present = Present {
             dy: dy.is_some(),
             dh_n: dh_n.is_some(),
@@ -272,18 +277,20 @@ impl FusedKernel for Fusion<CubeBackend> {
             ir: ir.clone(),
             desc: desc.clone(),
             present,
+            wanted,
         };
         let mut outs = register(x, ir, op).into_iter();
-        let dx = outs.next().expect("declared dx");
+        let dx = wanted.x.then(|| outs.next().expect("declared dx"));
         let dh0 = outs.next().expect("declared dh0");
         let dc0 = cell.then(|| outs.next().expect("declared dc0"));
-        let dweights = outs.next().expect("declared dweights");
-        // Every gradient is declared and computed (`GradsWanted` is not read).
+        let dweights = wanted
+            .weights
+            .then(|| outs.next().expect("declared dweights"));
         Grads {
-            dx: Some(dx),
+            dx,
             dh0,
             dc0,
-            dweights: Some(dweights),
+            dweights,
         }
     }
 }

@@ -105,6 +105,17 @@
 //! gradient `dG · [W_ih0; W_ih1]` for both directions in one matmul each; `dW_hh = dG^T ·
 //! h_prev` and `dW_hr = dh'^T · m` per direction; bias gradients as column sums.
 //!
+//! # Note [Cube gradients not wanted]
+//!
+//! The autodiff node asks only for the gradients of its tracked inputs (`GradsWanted`,
+//! the core crate's Note [Gradients not wanted]). The scans always run (they carry `dh0`,
+//! `dc0` and every layer's input gradient down), but the matmuls over every step that
+//! only serve an unwanted gradient do not: without the weights' gradient, no `dW_ih`,
+//! `dW_hh`, `dW_hr` or bias sum, and layer 0's input (with its padded rows zeroed) is not
+//! read; without `x`'s, layer 0's `dG · [W_ih0; W_ih1]` (or the skip input's sum). The
+//! unwanted gradient comes back as `None`. Under Fusion only the wanted gradients are
+//! declared as the custom op's outputs, so the same work is skipped there.
+//!
 //! # Note [Cube reserve]
 //!
 //! A training forward keeps, per layer `l`, as 2-D `F32` tensors:
@@ -225,7 +236,7 @@ impl FusedKernel for CubeBackend {
         dy: Option<CubeTensor>,
         dh_n: Option<CubeTensor>,
         dc_n: Option<CubeTensor>,
-        _wanted: GradsWanted,
+        wanted: GradsWanted,
     ) -> Grads<Self> {
         let expected = plan::reserve_shapes(desc);
         let got: Vec<Vec<usize>> = reserve.iter().map(|t| t.shape().to_vec()).collect();
@@ -247,13 +258,13 @@ impl FusedKernel for CubeBackend {
             dc_n: dc_n.map(plan::f32_contiguous),
         };
         let reserve = reserve.into_iter().map(into_contiguous).collect();
-        let g = backward::backward(&plan, device_inputs, reserve, grads);
+        // Only the wanted gradients are computed (Note [Cube gradients not wanted]).
+        let g = backward::backward(&plan, device_inputs, reserve, grads, wanted);
         Grads {
-            // Every gradient is computed (`GradsWanted` is not read).
-            dx: Some(back(g.dx, &desc.input_shape(), dtype)),
+            dx: g.dx.map(|dx| back(dx, &desc.input_shape(), dtype)),
             dh0: back(g.dh0, &desc.hidden_shape(), dtype),
             dc0: g.dc0.map(|c| back(c, &desc.cell_shape(), dtype)),
-            dweights: Some(back(g.dweights, &[desc.params_size()], dtype)),
+            dweights: g.dweights.map(|dw| back(dw, &[desc.params_size()], dtype)),
         }
     }
 }

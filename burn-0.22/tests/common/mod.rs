@@ -299,3 +299,19 @@ pub fn flex_f64() -> Device {
     });
     Device::flex()
 }
+
+/// The Wgpu device when Wgpu lists an adapter here; otherwise prints `SKIPPED {test} on
+/// Wgpu: …` and returns `None`, or panics under `BURN_FUSED_RNN_REQUIRE_WGPU=1` (which
+/// `.ci/run` sets after installing lavapipe), as in `tests/parity.rs`.
+#[cfg(feature = "wgpu")]
+pub fn wgpu_device(test: &str) -> Option<Device> {
+    use burn::tensor::DeviceType;
+    if !Device::enumerate(DeviceType::Wgpu).is_empty() {
+        return Some(Device::wgpu(Default::default()));
+    }
+    if std::env::var("BURN_FUSED_RNN_REQUIRE_WGPU").as_deref() == Ok("1") {
+        panic!("{test}: BURN_FUSED_RNN_REQUIRE_WGPU=1, but Wgpu has no adapter here");
+    }
+    eprintln!("SKIPPED {test} on Wgpu: no Wgpu adapter");
+    None
+}
