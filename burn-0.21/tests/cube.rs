@@ -123,6 +123,15 @@ impl Case {
     }
 }
 
+/// A float tensor of `B`, flat, in `f64`.
+fn read_f64<B: FusedRnnBackend>(t: B::FloatTensorPrimitive) -> Vec<f64> {
+    Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t))
+        .into_data()
+        .convert_dtype(DType::F64)
+        .to_vec()
+        .expect("f64 data")
+}
+
 /// Every output and gradient of a training forward and backward on `B`, in `f64`.
 fn run<B: FusedRnnBackend>(
     case: &Case,
@@ -131,13 +140,7 @@ fn run<B: FusedRnnBackend>(
 ) -> Vec<(&'static str, Vec<f64>)> {
     let (out, reserve) = B::fused_rnn_forward_training(&case.desc, case.inputs::<B>(dtype));
     let inference = B::fused_rnn_forward(&case.desc, case.inputs::<B>(dtype));
-    let read = |t: B::FloatTensorPrimitive| -> Vec<f64> {
-        Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t))
-            .into_data()
-            .convert_dtype(DType::F64)
-            .to_vec()
-            .expect("f64 data")
-    };
+    let read = read_f64::<B>;
     let mut results = vec![
         ("y", read(out.y.clone())),
         ("h_n", read(out.h_n.clone())),
@@ -402,13 +405,7 @@ fn backward_wanted<B: FusedRnnBackend>(
     wanted: GradsWanted,
 ) -> Vec<(&'static str, Vec<f64>)> {
     let (out, reserve) = B::fused_rnn_forward_training(&case.desc, case.inputs::<B>(DType::F32));
-    let read = |t: B::FloatTensorPrimitive| -> Vec<f64> {
-        Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t))
-            .into_data()
-            .convert_dtype(DType::F64)
-            .to_vec()
-            .expect("f64 data")
-    };
+    let read = read_f64::<B>;
     let grads = B::fused_rnn_backward(
         &case.desc,
         case.inputs::<B>(DType::F32),
