@@ -17,13 +17,17 @@
 //!   Note [Reduction chunks]), else this CPU's;
 //! - `cells,ROWS,HIDDEN`: the LSTM cell update (inference) of `ROWS × HIDDEN` units;
 //! - `projection,ROWS,K,N,BLOCK,THREADS`: biases, then `[ROWS, K] · W^T` (`W` `[N, K]`)
-//!   added, one GEMM per `BLOCK` rows on `THREADS` threads of rayon's pool.
+//!   added, one GEMM per `BLOCK` rows on `THREADS` threads of rayon's pool;
+//! - `wgrad,ROWS,HIDDEN,K,THREADS[,fresh]`: an LSTM layer's weight gradients over `ROWS`
+//!   rows (`dW_ih`, `4·HIDDEN × K`, and `dW_hh`) on `THREADS` threads, as the backward
+//!   splits them (Note [Weight gradients by rows]); `fresh` writes them into a new buffer
+//!   each run, as a call does.
 //!
 //! Two processes at once, one per core, show what the cores do to each other.
 
 use std::time::Instant;
 
-use burn_fused_rnn_core::cpu::parts::{LstmCells, Projection, StepProduct};
+use burn_fused_rnn_core::cpu::parts::{LstmCells, Projection, StepProduct, WeightGrads};
 use burn_fused_rnn_core::cpu::simd::SimdLevel;
 
 /// A part, ready to run.
@@ -34,6 +38,11 @@ enum Part {
         projection: Projection,
         block: usize,
         threads: usize,
+    },
+    WeightGrads {
+        grads: WeightGrads,
+        threads: usize,
+        fresh: bool,
     },
 }
 
@@ -74,7 +83,18 @@ impl Part {
                 block: number(4),
                 threads: number(5),
             },
-            other => panic!("expected a part product, cells or projection, got {other}"),
+            "wgrad" => Part::WeightGrads {
+                grads: WeightGrads::new(number(1), number(2), number(3)),
+                threads: number(4),
+                fresh: match f.get(5) {
+                    None => false,
+                    Some(&"fresh") => true,
+                    Some(other) => panic!("{spec}: expected fresh, got {other}"),
+                },
+            },
+            other => {
+                panic!("expected a part product, cells, projection or wgrad, got {other}")
+            }
         }
     }
 
@@ -87,6 +107,11 @@ impl Part {
                 block,
                 threads,
             } => projection.run(*block, *threads),
+            Part::WeightGrads {
+                grads,
+                threads,
+                fresh,
+            } => grads.run(*threads, *fresh),
         }
     }
 
@@ -105,6 +130,9 @@ impl Part {
             Part::Cells(c) => format!("{:.2} ns per unit", secs * 1e9 / c.units() as f64),
             Part::Projection { projection, .. } => {
                 format!("{:.0} GFLOP/s", projection.flops() / secs / 1e9)
+            }
+            Part::WeightGrads { grads, .. } => {
+                format!("{:.0} GFLOP/s", grads.flops() / secs / 1e9)
             }
         }
     }

@@ -364,6 +364,84 @@ fn forward_split_over_threads_matches_the_plain_implementation() {
     }
 }
 
+/// The weight gradients' GEMMs split by destination rows, one share of every GEMM per
+/// thread (Note [Weight gradients by rows] in the core's `backward`), equal one thread's:
+/// pools of 2, 3 and 4 threads (shares of unequal size; with 4, each direction of a
+/// bidirectional layer gets 2), an LSTM with a projection (`dW_hh` `P` wide, layer 1's
+/// input `2P` wide), a GRU (`dW_ih` in two blocks), and an RNN with skip input (no `W_ih`,
+/// `dW_hh` alone), two layers, padding. Each case's GEMMs hold at least 2^17
+/// multiply-adds per pseudo-layer, so they split. Every gradient against one thread's.
+#[test]
+fn weight_gradients_split_over_threads_match_one_thread() {
+    let single = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a pool of 1 thread");
+    let specs = [
+        RnnSpec {
+            num_layers: 2,
+            bidirectional: true,
+            proj_size: Some(10),
+            ..RnnSpec::new(RnnMode::Lstm, 16, 24)
+        },
+        RnnSpec {
+            num_layers: 2,
+            bidirectional: true,
+            ..RnnSpec::new(RnnMode::Gru, 16, 24)
+        },
+        RnnSpec {
+            num_layers: 2,
+            skip_input: true,
+            ..RnnSpec::new(RnnMode::RnnTanh, 40, 40)
+        },
+    ];
+    for threads in [2, 3, 4] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a pool");
+        for spec in &specs {
+            let lengths = vec![12, 3, 0, 12, 7, 12, 1, 12, 9];
+            let desc = RnnDescriptor::new(*spec, 12, 9, true, Some(lengths), DropoutSpec::NONE);
+            let d = convert(&data(&desc), |v| v);
+            let dy = values(desc.output_shape().iter().product(), 9, 1.0);
+            let dh_n = values(desc.hidden_shape().iter().product(), 10, 1.0);
+            let dc_n = values(desc.cell_shape().iter().product(), 11, 1.0);
+            let backward = |pool: &rayon::ThreadPool| {
+                pool.install(|| {
+                    let (out, reserve) =
+                        cpu::forward(&desc, &inputs(&desc, &d), None::<&()>, true, false);
+                    let grads = OutputGrads {
+                        dy: Some(&dy),
+                        dh_n: Some(&dh_n),
+                        dc_n: desc.spec.mode.has_cell_state().then_some(&dc_n[..]),
+                    };
+                    cpu::backward(
+                        &desc,
+                        &inputs(&desc, &d),
+                        &out.y,
+                        reserve.expect("a reserve"),
+                        false,
+                        &grads,
+                        GradsWanted::ALL,
+                    )
+                })
+            };
+            let (split, one) = (backward(&pool), backward(&single));
+            let what = format!("{:?}, {threads} threads", desc.spec);
+            assert_close(&format!("{what}: dw"), split.dweights, &one.dweights, 1e-12);
+            assert_close(&format!("{what}: dx"), split.dx, &one.dx, 1e-12);
+            assert_close(&format!("{what}: dh0"), split.dh0, &one.dh0, 1e-12);
+            assert_close(
+                &format!("{what}: dc0"),
+                split.dc0.unwrap_or_default(),
+                &one.dc0.unwrap_or_default(),
+                1e-12,
+            );
+        }
+    }
+}
+
 /// Batches of one and two, projected ahead in blocks of 3 steps (the first one step long):
 /// with more than one thread, each block's steps run while another thread projects the
 /// next block (the core's Note [Projection beside the scan]). In pools of 2 and 3 threads

@@ -483,61 +483,72 @@ impl<T: Lane + Kept> Direction<'_, T> {
         } else {
             vec![(0, 0, gh)]
         };
-        if let Some(range) = entry(ParamKind::WeightIh) {
-            // dW_ih[rows of a block] = dG_block^T · input.
-            let dw_ih = &mut dw[range];
-            for &(col, row, len) in &in_blocks {
-                gemm(
-                    MatMut::rows(
-                        &mut dw_ih[row * self.in_size..],
-                        len,
-                        self.in_size,
-                        self.in_size,
-                    ),
-                    false,
-                    Mat::rows(&gates[col..], rows, len, width).t(),
-                    Mat::rows(self.input, rows, self.in_size, self.in_size),
-                    gemm_threads(self.threads, len, self.in_size, rows),
-                );
-            }
-        }
-        {
-            // dW_hh = dG_rec^T · h_prev, h_prev gathered per row (zeros at padded rows and
-            // where the scan starts from no h0). Every element is written, so the buffer
-            // may be a stale one (Note [Scratch reuse]); its rows split over the threads.
-            let mut h_prev: Scratch<T> = Scratch::new(rows * p);
-            let gather = |(first, block): (usize, &mut [T])| {
-                for (i, dst) in block.chunks_exact_mut(p).enumerate() {
-                    let (t, b) = row_step(plan, first + i);
-                    let src = if plan.valid(t, b) {
-                        self.h_prev(t, b)
-                    } else {
-                        &[]
-                    };
-                    match src.is_empty() {
-                        true => dst.fill(T::ZERO),
-                        false => dst.copy_from_slice(src),
-                    }
+        // dW_hh = dG_rec^T · h_prev, h_prev gathered per row (zeros at padded rows and
+        // where the scan starts from no h0). Every element is written, so the buffer may
+        // be a stale one (Note [Scratch reuse]); its rows split over the threads.
+        let mut h_prev: Scratch<T> = Scratch::new(rows * p);
+        let gather = |(first, block): (usize, &mut [T])| {
+            for (i, dst) in block.chunks_exact_mut(p).enumerate() {
+                let (t, b) = row_step(plan, first + i);
+                let src = if plan.valid(t, b) {
+                    self.h_prev(t, b)
+                } else {
+                    &[]
+                };
+                match src.is_empty() {
+                    true => dst.fill(T::ZERO),
+                    false => dst.copy_from_slice(src),
                 }
-            };
-            let per_thread = rows.div_ceil(self.threads.max(1)).max(1);
-            if self.threads > 1 && rows * p >= PARALLEL_WORK {
-                h_prev
-                    .par_chunks_mut(per_thread * p)
-                    .enumerate()
-                    .for_each(|(c, block)| gather((c * per_thread, block)));
-            } else {
-                gather((0, &mut h_prev));
             }
-            let range = entry(ParamKind::WeightHh).expect("W_hh");
-            gemm(
-                MatMut::rows(&mut dw[range], gh, p, p),
-                false,
-                Mat::rows(gates, rows, gh, width).t(),
-                Mat::rows(&h_prev, rows, p, p),
-                gemm_threads(self.threads, gh, p, rows),
-            );
+        };
+        let per_thread = rows.div_ceil(self.threads.max(1)).max(1);
+        if self.threads > 1 && rows * p >= PARALLEL_WORK {
+            h_prev
+                .par_chunks_mut(per_thread * p)
+                .enumerate()
+                .for_each(|(c, block)| gather((c * per_thread, block)));
+        } else {
+            gather((0, &mut h_prev));
         }
+        // The GEMMs, as (destination `[len, n]`, first gate column, `len`, source `[rows,
+        // n]`, `n`): dW_ih's blocks (`dG_block^T · input`), then dW_hh.
+        let range_ih = entry(ParamKind::WeightIh);
+        let range_hh = entry(ParamKind::WeightHh).expect("W_hh");
+        let (dw_ih, dw_hh): (&mut [T], &mut [T]) = match &range_ih {
+            // The flat layout puts W_ih before W_hh (`crate::layout`).
+            Some(ih) => {
+                assert!(ih.end <= range_hh.start, "expected W_ih before W_hh");
+                let (head, tail) = dw.split_at_mut(range_hh.start);
+                (&mut head[ih.clone()], &mut tail[..range_hh.len()])
+            }
+            None => (&mut [], &mut dw[range_hh]),
+        };
+        let mut tasks: Vec<WeightGemm<'_, T>> = Vec::with_capacity(3);
+        if range_ih.is_some() {
+            let mut rest = dw_ih;
+            let mut at = 0;
+            for &(col, row, len) in &in_blocks {
+                let (_, tail) = core::mem::take(&mut rest).split_at_mut((row - at) * self.in_size);
+                let (dst, tail) = tail.split_at_mut(len * self.in_size);
+                rest = tail;
+                at = row + len;
+                tasks.push(WeightGemm {
+                    dst,
+                    col,
+                    len,
+                    src: self.input,
+                    n: self.in_size,
+                });
+            }
+        }
+        tasks.push(WeightGemm {
+            dst: dw_hh,
+            col: 0,
+            len: gh,
+            src: &h_prev,
+            n: p,
+        });
+        weight_gemms(gates, rows, width, tasks, self.threads);
         if let Some(range) = entry(ParamKind::BiasIh) {
             let db_ih = &mut dw[range];
             for &(col, row, len) in &in_blocks {
@@ -551,6 +562,87 @@ impl<T: Lane + Kept> Direction<'_, T> {
             dw[range].copy_from_slice(dw_hr);
         }
     }
+}
+
+/// One GEMM of the weight gradients over all steps: `dst = dG[:, col..col + len]^T · src`,
+/// `dst` `[len, n]`, `src` `[rows, n]`.
+pub(super) struct WeightGemm<'a, T> {
+    pub(super) dst: &'a mut [T],
+    pub(super) col: usize,
+    pub(super) len: usize,
+    pub(super) src: &'a [T],
+    pub(super) n: usize,
+}
+
+/// The weight-gradient GEMMs of one pseudo-layer (`dW_ih`'s blocks and `dW_hh`), from the
+/// gate gradients `gates` (`rows` rows of `width`), on `threads` threads.
+///
+/// # Note [Weight gradients by rows]
+///
+/// Each GEMM's destination rows split into one share per thread, and each thread runs its
+/// share of every GEMM on its own (`gemm` on one thread), with no join between them. So
+/// the threads carry equal work whatever the GEMMs' widths (`I` and `P` differ above layer
+/// 0 of a bidirectional stack, and `P` with a projection), and the two threads no longer
+/// meet inside each GEMM. Before, each GEMM ran alone on all the threads, split by the
+/// `gemm` crate. Measured on an Intel Xeon (Granite Rapids class, 2 threads; docs/
+/// BENCHMARKS.md, "the weight gradients split by rows"): the two GEMMs of an LSTM at H =
+/// I = 256 over 1600 rows took 5.5–5.8 ms this way and 6.6–7.0 ms before on warm buffers,
+/// and a whole training step took 0.93–0.99× its time before (LSTM and GRU, H128 to
+/// H512, B1 to B64), in runs alternated inside one process. Each GEMM's sums are the ones
+/// the `gemm` crate forms for its shape; a test checks 2, 3 and 4 threads against one.
+pub(super) fn weight_gemms<T: Lane>(
+    gates: &[T],
+    rows: usize,
+    width: usize,
+    tasks: Vec<WeightGemm<'_, T>>,
+    threads: usize,
+) {
+    let work: usize = tasks.iter().map(|t| t.len * t.n * rows).sum();
+    let threads = gemm_threads(threads, work, 1, 1);
+    let run = |t: WeightGemm<'_, T>| {
+        gemm(
+            MatMut::rows(t.dst, t.len, t.n, t.n),
+            false,
+            Mat::rows(&gates[t.col..], rows, t.len, width).t(),
+            Mat::rows(t.src, rows, t.n, t.n),
+            1,
+        );
+    };
+    if threads <= 1 {
+        tasks.into_iter().for_each(run);
+        return;
+    }
+    // Thread `i`'s share: rows `i·len/threads..(i+1)·len/threads` of every GEMM.
+    let mut shares: Vec<Vec<WeightGemm<'_, T>>> = (0..threads).map(|_| Vec::new()).collect();
+    for task in tasks {
+        let WeightGemm {
+            mut dst,
+            col,
+            len,
+            src,
+            n,
+        } = task;
+        let mut first = 0;
+        for (i, share) in shares.iter_mut().enumerate() {
+            let last = (i + 1) * len / threads;
+            let (mine, rest) = core::mem::take(&mut dst).split_at_mut((last - first) * n);
+            dst = rest;
+            if last > first {
+                share.push(WeightGemm {
+                    dst: mine,
+                    col: col + first,
+                    len: last - first,
+                    src,
+                    n,
+                });
+            }
+            first = last;
+        }
+    }
+    shares
+        .into_par_iter()
+        .with_max_len(1)
+        .for_each(|share| share.into_iter().for_each(run));
 }
 
 /// `dX += dG · W_ih` for one direction (or, with skip input, the sum of its gate blocks);

@@ -11,12 +11,14 @@
 //! of a call is left between the parts (packing, layout, threads), and the product's rate
 //! against a BLAS's single-thread rate at the same shape says how much is left inside the
 //! tile. The parts here run the kernel's own code paths (`Packed::tiles`,
-//! `cell::lstm_forward`, the `gemm` crate through `super::gemm`) on made-up values; each
-//! keeps its output, which the tests below check against a plain product.
+//! `cell::lstm_forward`, the `gemm` crate through `super::gemm`, the backward's weight
+//! gradients) on made-up values; each keeps its output, which the tests below check
+//! against a plain product.
 
 use pulp::{Simd, WithSimd};
 
 use super::aligned::Aligned;
+use super::backward::{weight_gemms, WeightGemm};
 use super::cell;
 use super::gemm::{gemm, Mat, MatMut};
 use super::packed::{Packed, SLOTS};
@@ -306,6 +308,86 @@ impl Projection {
     }
 }
 
+/// The backward's weight gradients of an LSTM layer over `rows` rows (all steps of a
+/// batch), as the kernel runs them (Note [Weight gradients by rows] in `super::backward`):
+/// `dW_ih = dG^T · x` (`[4·hidden, k]`) and `dW_hh = dG^T · h_prev` (`[4·hidden, hidden]`),
+/// `dG` the first `4·hidden` columns of gate rows `5·hidden` wide (the reserve's LSTM rows).
+pub struct WeightGrads {
+    gates: Vec<f32>,
+    x: Vec<f32>,
+    h_prev: Vec<f32>,
+    dw: Vec<f32>,
+    rows: usize,
+    hidden: usize,
+    k: usize,
+}
+
+impl WeightGrads {
+    /// Made-up gate gradients, inputs and previous states.
+    pub fn new(rows: usize, hidden: usize, k: usize) -> Self {
+        check_sizes(
+            "weight gradients",
+            &[("rows", rows), ("hidden", hidden), ("k", k)],
+        );
+        Self {
+            gates: values(rows * 5 * hidden, 9),
+            x: values(rows * k, 10),
+            h_prev: values(rows * hidden, 11),
+            dw: vec![0.0; 4 * hidden * (k + hidden)],
+            rows,
+            hidden,
+            k,
+        }
+    }
+
+    /// Both gradients on `threads` threads of rayon's pool, into the part's buffer, or
+    /// into a new one (`fresh`: memory the allocator may have just mapped, as a call's
+    /// gradient is), which then replaces it.
+    pub fn run(&mut self, threads: usize, fresh: bool) {
+        check_sizes("weight gradients", &[("threads", threads)]);
+        let (rows, h, k) = (self.rows, self.hidden, self.k);
+        let mut fresh_dw = match fresh {
+            true => vec![0.0; self.dw.len()],
+            false => Vec::new(),
+        };
+        let dw = match fresh {
+            true => &mut fresh_dw[..],
+            false => &mut self.dw[..],
+        };
+        let (dw_ih, dw_hh) = dw.split_at_mut(4 * h * k);
+        let tasks = vec![
+            WeightGemm {
+                dst: dw_ih,
+                col: 0,
+                len: 4 * h,
+                src: &self.x,
+                n: k,
+            },
+            WeightGemm {
+                dst: dw_hh,
+                col: 0,
+                len: 4 * h,
+                src: &self.h_prev,
+                n: h,
+            },
+        ];
+        weight_gemms(&self.gates, rows, 5 * h, tasks, threads);
+        if fresh {
+            self.dw = fresh_dw;
+        }
+    }
+
+    /// `[4·hidden, k + hidden]`: `dW_ih`'s rows, then `dW_hh`'s.
+    pub fn output(&self) -> &[f32] {
+        &self.dw
+    }
+
+    /// Floating-point operations of one run.
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.rows * 4 * self.hidden * (self.k + self.hidden)) as f64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,6 +441,34 @@ mod tests {
                     close(cells.output()[r * h + u], o * c.tanh(), "h");
                 }
             }
+        }
+    }
+
+    /// The weight gradients on one and three threads, into the same and a fresh buffer,
+    /// against plain products.
+    #[test]
+    fn weight_grads_are_the_products() {
+        // 2^17 multiply-adds or more: three threads split them.
+        let (rows, h, k) = (130, 24, 20);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .expect("a pool of 3 threads");
+        for (threads, fresh) in [(1, false), (3, false), (3, true)] {
+            let mut w = WeightGrads::new(rows, h, k);
+            pool.install(|| w.run(threads, fresh));
+            let check = |src: &[f32], n: usize, offset: usize| {
+                for g in 0..4 * h {
+                    for c in 0..n {
+                        let want: f64 = (0..rows)
+                            .map(|r| f64::from(w.gates[r * 5 * h + g]) * f64::from(src[r * n + c]))
+                            .sum();
+                        close(w.output()[offset + g * n + c], want, "weight gradient");
+                    }
+                }
+            };
+            check(&w.x, k, 0);
+            check(&w.h_prev, h, 4 * h * k);
         }
     }
 

@@ -9,8 +9,10 @@
 //! second thread while its steps run (Note [Projection beside the scan] in
 //! `super::projection`); the backward splits a step's rows when the step is big enough
 //! ([`step_threads`]); the large
-//! GEMMs split inside the `gemm` crate ([`gemm_threads`]); element-wise passes over rows
-//! split like the steps ([`for_rows`]).
+//! GEMMs split inside the `gemm` crate ([`gemm_threads`]), except the backward's weight
+//! gradients, which split by destination rows, one share of each GEMM per thread (Note
+//! [Weight gradients by rows] in `super::backward`); element-wise passes over rows split
+//! like the steps ([`for_rows`]).
 
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
