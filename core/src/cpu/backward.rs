@@ -586,10 +586,11 @@ pub(super) struct WeightGemm<'a, T> {
 /// meet inside each GEMM. Before, each GEMM ran alone on all the threads, split by the
 /// `gemm` crate. Measured on an Intel Xeon (Granite Rapids class, 2 threads; docs/
 /// BENCHMARKS.md, "the weight gradients split by rows"): the two GEMMs of an LSTM at H =
-/// I = 256 over 1600 rows took 5.5–5.8 ms this way and 6.6–7.0 ms before on warm buffers,
-/// and a whole training step took 0.93–0.99× its time before (LSTM and GRU, H128 to
-/// H512, B1 to B64), in runs alternated inside one process. Each GEMM's sums are the ones
-/// the `gemm` crate forms for its shape; a test checks 2, 3 and 4 threads against one.
+/// I = 256 over 1600 rows took 6.18–6.19 ms this way against 7.41–7.54 before, on warm
+/// buffers, and a whole training step 0.93–0.99× its time before (one direction; LSTM and
+/// GRU, H32 to H512, B1 to B64), in runs alternated inside one process. Each GEMM's sums
+/// are the ones the `gemm` crate forms for its shape; a test checks 2, 3 and 4 threads
+/// against one.
 pub(super) fn weight_gemms<T: Lane>(
     gates: &[T],
     rows: usize,
