@@ -269,6 +269,47 @@ fn assert_close(what: &str, got: impl IntoIterator<Item = f64>, expected: &[f64]
     }
 }
 
+/// A training forward, then the backward from made-up output gradients, in `pool`.
+fn train_step_in(
+    pool: &rayon::ThreadPool,
+    desc: &RnnDescriptor,
+    d: &Converted<f64>,
+) -> cpu::Grads<f64> {
+    let dy = values(desc.output_shape().iter().product(), 9, 1.0);
+    let dh_n = values(desc.hidden_shape().iter().product(), 10, 1.0);
+    let dc_n = values(desc.cell_shape().iter().product(), 11, 1.0);
+    pool.install(|| {
+        let (out, reserve) = cpu::forward(desc, &inputs(desc, d), None::<&()>, true, false);
+        let grads = OutputGrads {
+            dy: Some(&dy),
+            dh_n: Some(&dh_n),
+            dc_n: desc.spec.mode.has_cell_state().then_some(&dc_n[..]),
+        };
+        cpu::backward(
+            desc,
+            &inputs(desc, d),
+            &out.y,
+            reserve.expect("a training forward keeps a reserve"),
+            false,
+            &grads,
+            GradsWanted::ALL,
+        )
+    })
+}
+
+/// Every gradient of `got` against `want`'s, to 1e-12.
+fn assert_same_grads(what: &str, got: cpu::Grads<f64>, want: &cpu::Grads<f64>) {
+    assert_close(&format!("{what} dx"), got.dx, &want.dx, 1e-12);
+    assert_close(&format!("{what} dh0"), got.dh0, &want.dh0, 1e-12);
+    assert_close(
+        &format!("{what} dc0"),
+        got.dc0.unwrap_or_default(),
+        want.dc0.as_deref().unwrap_or_default(),
+        1e-12,
+    );
+    assert_close(&format!("{what} dw"), got.dweights, &want.dweights, 1e-12);
+}
+
 /// Forward (inference and training) at every SIMD level, f64 and f32.
 #[test]
 fn forward_matches_the_plain_implementation_at_every_simd_level() {
@@ -324,41 +365,11 @@ fn forward_split_over_threads_matches_the_plain_implementation() {
                     1e-12,
                 );
                 // The backward, split the same way, against one thread.
-                let dy = values(desc.output_shape().iter().product(), 9, 1.0);
-                let dh_n = values(desc.hidden_shape().iter().product(), 10, 1.0);
-                let dc_n = values(desc.cell_shape().iter().product(), 11, 1.0);
-                let backward = |pool: &rayon::ThreadPool| {
-                    pool.install(|| {
-                        let (out, reserve) =
-                            cpu::forward(&desc, &inputs(&desc, &d64), None::<&()>, true, false);
-                        let reserve = reserve.expect("a reserve");
-                        let grads = OutputGrads {
-                            dy: Some(&dy),
-                            dh_n: Some(&dh_n),
-                            dc_n: desc.spec.mode.has_cell_state().then_some(&dc_n[..]),
-                        };
-                        let inputs = inputs(&desc, &d64);
-                        cpu::backward(
-                            &desc,
-                            &inputs,
-                            &out.y,
-                            reserve,
-                            false,
-                            &grads,
-                            GradsWanted::ALL,
-                        )
-                    })
-                };
-                let (split, one) = (backward(&pool), backward(&single));
-                assert_close(&format!("{what} dx"), split.dx, &one.dx, 1e-12);
-                assert_close(&format!("{what} dh0"), split.dh0, &one.dh0, 1e-12);
-                assert_close(
-                    &format!("{what} dc0"),
-                    split.dc0.unwrap_or_default(),
-                    &one.dc0.unwrap_or_default(),
-                    1e-12,
+                assert_same_grads(
+                    &what,
+                    train_step_in(&pool, &desc, &d64),
+                    &train_step_in(&single, &desc, &d64),
                 );
-                assert_close(&format!("{what} dw"), split.dweights, &one.dweights, 1e-12);
             });
         }
     }
@@ -404,39 +415,11 @@ fn weight_gradients_split_over_threads_match_one_thread() {
             let lengths = vec![12, 3, 0, 12, 7, 12, 1, 12, 9];
             let desc = RnnDescriptor::new(*spec, 12, 9, true, Some(lengths), DropoutSpec::NONE);
             let d = convert(&data(&desc), |v| v);
-            let dy = values(desc.output_shape().iter().product(), 9, 1.0);
-            let dh_n = values(desc.hidden_shape().iter().product(), 10, 1.0);
-            let dc_n = values(desc.cell_shape().iter().product(), 11, 1.0);
-            let backward = |pool: &rayon::ThreadPool| {
-                pool.install(|| {
-                    let (out, reserve) =
-                        cpu::forward(&desc, &inputs(&desc, &d), None::<&()>, true, false);
-                    let grads = OutputGrads {
-                        dy: Some(&dy),
-                        dh_n: Some(&dh_n),
-                        dc_n: desc.spec.mode.has_cell_state().then_some(&dc_n[..]),
-                    };
-                    cpu::backward(
-                        &desc,
-                        &inputs(&desc, &d),
-                        &out.y,
-                        reserve.expect("a reserve"),
-                        false,
-                        &grads,
-                        GradsWanted::ALL,
-                    )
-                })
-            };
-            let (split, one) = (backward(&pool), backward(&single));
             let what = format!("{:?}, {threads} threads", desc.spec);
-            assert_close(&format!("{what}: dw"), split.dweights, &one.dweights, 1e-12);
-            assert_close(&format!("{what}: dx"), split.dx, &one.dx, 1e-12);
-            assert_close(&format!("{what}: dh0"), split.dh0, &one.dh0, 1e-12);
-            assert_close(
-                &format!("{what}: dc0"),
-                split.dc0.unwrap_or_default(),
-                &one.dc0.unwrap_or_default(),
-                1e-12,
+            assert_same_grads(
+                &what,
+                train_step_in(&pool, &desc, &d),
+                &train_step_in(&single, &desc, &d),
             );
         }
     }
