@@ -107,6 +107,11 @@ pub use step::PreparedRnn;
 /// number of steps (by default chosen from the L1 size and the CPU: the core crate's Note
 /// [Reduction chunks]; for a process, `BURN_FUSED_RNN_K_CHUNK`).
 pub use burn_fused_rnn_core::cpu::projection::with_k_chunk;
+/// Runs a closure with the native CPU kernel's chunked step products asking for each next
+/// chunk of their weights ahead, or never (by default, when the packed weights take at
+/// least one core's L2: the core crate's Note [Next chunk ahead]; for a process,
+/// `BURN_FUSED_RNN_PREFETCH=0|1`). Only the time changes, never a result.
+pub use burn_fused_rnn_core::cpu::projection::with_next_chunk_ahead;
 /// Where the native CPU kernel computes the input projection: fused into each step, or
 /// ahead for a block of steps (chosen per call from the rows per thread and the SIMD
 /// level; forced on a thread with [`with_input_projection`], or for a process with

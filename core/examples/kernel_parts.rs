@@ -12,9 +12,11 @@
 //! ```
 //!
 //! A part is one of:
-//! - `product,ROWS,HIDDEN,K[,kN]`: `[ROWS, K] · W^T`, `W` an LSTM's `[4·HIDDEN, K]` packed
-//!   as the kernel packs `W_hh`; `kN` forces reduction chunks of N steps (`k0`: one chunk;
-//!   Note [Reduction chunks]), else this CPU's;
+//! - `product,ROWS,HIDDEN,K[,kN][,pf0|pf1]`: `[ROWS, K] · W^T`, `W` an LSTM's
+//!   `[4·HIDDEN, K]` packed as the kernel packs `W_hh`; `kN` forces reduction chunks of N
+//!   steps (`k0`: one chunk; Note [Reduction chunks]), else this CPU's; `pf1` (`pf0`) forces
+//!   the next chunk asked for ahead (not), else as this CPU's L2 says (Note [Next chunk
+//!   ahead]);
 //! - `cells,ROWS,HIDDEN`: the LSTM cell update (inference) of `ROWS × HIDDEN` units;
 //! - `projection,ROWS,K,N,BLOCK,THREADS`: biases, then `[ROWS, K] · W^T` (`W` `[N, K]`)
 //!   added, one GEMM per `BLOCK` rows on `THREADS` threads of rayon's pool;
@@ -28,6 +30,7 @@
 use std::time::Instant;
 
 use burn_fused_rnn_core::cpu::parts::{LstmCells, Projection, StepProduct, WeightGrads};
+use burn_fused_rnn_core::cpu::projection::with_next_chunk_ahead;
 use burn_fused_rnn_core::cpu::simd::SimdLevel;
 
 /// A part, ready to run.
@@ -58,24 +61,27 @@ impl Part {
         };
         match f[0] {
             "product" => {
-                let chunk = f.get(4).map(|k| {
-                    let n: usize = k
-                        .strip_prefix('k')
-                        .and_then(|n| n.parse().ok())
-                        .unwrap_or_else(|| panic!("{spec}: expected k<N>, got {k}"));
-                    if n == 0 {
-                        usize::MAX
-                    } else {
-                        n
+                let (mut chunk, mut ahead) = (None, None);
+                for &option in f.iter().skip(4) {
+                    match option {
+                        "pf0" => ahead = Some(false),
+                        "pf1" => ahead = Some(true),
+                        k => {
+                            let n: usize = k
+                                .strip_prefix('k')
+                                .and_then(|n| n.parse().ok())
+                                .unwrap_or_else(|| {
+                                    panic!("{spec}: expected k<N>, pf0 or pf1, got {k}")
+                                });
+                            chunk = Some(if n == 0 { usize::MAX } else { n });
+                        }
                     }
-                });
-                Part::Product(StepProduct::new(
-                    level,
-                    number(1),
-                    number(2),
-                    number(3),
-                    chunk,
-                ))
+                }
+                let make = || StepProduct::new(level, number(1), number(2), number(3), chunk);
+                Part::Product(match ahead {
+                    Some(on) => with_next_chunk_ahead(on, make),
+                    None => make(),
+                })
             }
             "cells" => Part::Cells(LstmCells::new(level, number(1), number(2))),
             "projection" => Part::Projection {
@@ -119,12 +125,17 @@ impl Part {
     fn rate(&self, secs: f64) -> String {
         match self {
             Part::Product(p) => format!(
-                "{:.0} GFLOP/s ({} KiB packed, chunks of {})",
+                "{:.0} GFLOP/s ({} KiB packed, chunks of {}{})",
                 p.flops() / secs / 1e9,
                 p.weight_bytes() / 1024,
                 match p.k_chunk() {
                     usize::MAX => "all".to_string(),
                     k => k.to_string(),
+                },
+                if p.next_chunk_ahead() {
+                    ", next asked for ahead"
+                } else {
+                    ""
                 }
             ),
             Part::Cells(c) => format!("{:.2} ns per unit", secs * 1e9 / c.units() as f64),

@@ -26,16 +26,18 @@
 //! apart. A variant is settings joined by `+`: `auto` (nothing forced: the kernel's own
 //! choices), `fused` or `ahead` (the input projection, Note [Input projection]), `k<N>`
 //! (reduction chunks of N steps, `k0` one chunk: Note [Reduction chunks]), `b<N>` (blocks
-//! of N steps where the input is projected ahead), `avx512`, `avx2` or `portable` (the SIMD
-//! level), `nodx` or `nodw` (a `train` pass without `x`'s gradient, as for a layer that
-//! reads data, or without the weights', as for a frozen layer: Note [Gradients not
-//! wanted]).
+//! of N steps where the input is projected ahead), `pf1` or `pf0` (the next chunk of the
+//! step products' weights asked for ahead or not: Note [Next chunk ahead]), `avx512`,
+//! `avx2` or `portable` (the SIMD level), `nodx` or `nodw` (a `train` pass without `x`'s
+//! gradient, as for a layer that reads data, or without the weights', as for a frozen
+//! layer: Note [Gradients not wanted]).
 
 use std::cell::Cell;
 use std::time::Instant;
 
 use burn_fused_rnn_core::cpu::projection::{
-    with_input_projection, with_k_chunk, with_projection_block, InputProjection,
+    with_input_projection, with_k_chunk, with_next_chunk_ahead, with_projection_block,
+    InputProjection,
 };
 use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
 use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
@@ -107,6 +109,8 @@ struct Variant {
     level: Option<SimdLevel>,
     /// The gradients a `train` pass asks for (`nodx`, `nodw`).
     wanted: GradsWanted,
+    /// The next chunk asked for ahead or not (`pf1`, `pf0`: Note [Next chunk ahead]).
+    ahead: Option<bool>,
 }
 
 impl Variant {
@@ -118,6 +122,7 @@ impl Variant {
             block: None,
             level: None,
             wanted: GradsWanted::ALL,
+            ahead: None,
         };
         for setting in variant.name.clone().split('+') {
             if setting == "auto" {
@@ -129,6 +134,12 @@ impl Variant {
                 variant.projection = Some(p);
             } else if let Some(l) = SimdLevel::ALL.into_iter().find(|l| l.name() == setting) {
                 variant.level = Some(l);
+            } else if let Some(on) = setting.strip_prefix("pf").and_then(|v| match v {
+                "0" => Some(false),
+                "1" => Some(true),
+                _ => None,
+            }) {
+                variant.ahead = Some(on);
             } else if setting == "nodx" {
                 variant.wanted.x = false;
             } else if setting == "nodw" {
@@ -139,7 +150,7 @@ impl Variant {
                 variant.block = Some(b);
             } else {
                 panic!(
-                    "VARIANTS: expected auto, fused, ahead, k<N>, b<N>, avx512, avx2, portable, nodx or nodw, got {setting}"
+                    "VARIANTS: expected auto, fused, ahead, k<N>, b<N>, pf0, pf1, avx512, avx2, portable, nodx or nodw, got {setting}"
                 );
             }
         }
@@ -150,6 +161,10 @@ impl Variant {
     fn run(&self, f: &dyn Fn() -> f64) -> f64 {
         let f = || match self.k_chunk {
             Some(k) => with_k_chunk(k, f),
+            None => f(),
+        };
+        let f = || match self.ahead {
+            Some(on) => with_next_chunk_ahead(on, f),
             None => f(),
         };
         let f = || match self.block {

@@ -5,7 +5,8 @@
 //! of that implementation.
 
 use burn_fused_rnn_core::cpu::projection::{
-    with_input_projection, with_k_chunk, with_projection_block, InputProjection,
+    with_input_projection, with_k_chunk, with_next_chunk_ahead, with_projection_block,
+    InputProjection,
 };
 use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
 use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
@@ -22,17 +23,19 @@ fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
 
 /// Runs `f` at every SIMD level this CPU has, each with the input projection fused and
 /// ahead (Note [Input projection]) and the step products' reduction in one chunk and in
-/// small chunks, all forced on this thread, so that a level or a path the machine would
-/// not pick by itself is still checked.
+/// small chunks, the small ones asking for each next chunk ahead (Note [Next chunk ahead]),
+/// all forced on this thread, so that a level or a path the machine would not pick by
+/// itself is still checked.
 fn with_levels(f: impl Fn(SimdLevel)) {
     for level in SimdLevel::available() {
         for projection in InputProjection::ALL {
             // The reduction in chunks chosen from the L1 (one chunk at these sizes), and
-            // in chunks of 3 steps (Note [Reduction chunks]).
+            // in chunks of 3 steps (Note [Reduction chunks]), the next one asked for
+            // ahead (which weights this small would not be).
             for k_chunk in [None, Some(3)] {
                 with_simd_level(level, || {
                     with_input_projection(projection, || match k_chunk {
-                        Some(k) => with_k_chunk(k, || f(level)),
+                        Some(k) => with_k_chunk(k, || with_next_chunk_ahead(true, || f(level))),
                         None => f(level),
                     })
                 });

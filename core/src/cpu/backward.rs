@@ -194,7 +194,7 @@ impl<T: Lane + Kept> Direction<'_, T> {
         let parts = scan_threads(self.threads, batch, plan.t * rec * p);
         let chunk = batch.div_ceil(parts).max(1);
         // dg W_hh with W_hh packed once (Note [Packed weights] in `super::packed`).
-        let packed = Packed::columns(plan.level, self.w.w_hh, rec, p).blocked(plan.k_chunk);
+        let packed = Packed::columns(plan.level, self.w.w_hh, rec, p).blocked(plan.chunks);
         let finals: Vec<PartGrads<T>> = {
             let mut rows: Vec<Option<&mut [T]>> = gates.chunks_mut(width).map(Some).collect();
             let mut jobs = Vec::with_capacity(parts);

@@ -286,8 +286,8 @@ impl<T: Lane + Kept> Direction<'_, T> {
                     true => None,
                     false => self.w.w_ih.map(|w| (w, self.in_size)),
                 };
-                owned = Packed::gates(plan.level, w_ih, self.w.w_hh, plan.g, h, p)
-                    .blocked(plan.k_chunk);
+                owned =
+                    Packed::gates(plan.level, w_ih, self.w.w_hh, plan.g, h, p).blocked(plan.chunks);
                 &owned
             }
         };

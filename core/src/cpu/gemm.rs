@@ -1,5 +1,6 @@
 //! Safe matrix views over slices and the one GEMM call of the kernel, through the `gemm`
-//! crate. The only `unsafe` of the CPU kernel lives here.
+//! crate, and the L2 prefetch of the step products (Note [Next chunk ahead] in
+//! `super::packed`). The only `unsafe` of the CPU kernel lives here.
 //!
 //! # Note [GEMM crate]
 //!
@@ -203,6 +204,25 @@ pub(crate) fn gemm<T: Float>(
             parallelism,
         );
     }
+}
+
+/// Asks the CPU to bring the cache line holding `data[i]` into its L2 (a hint: it reads
+/// nothing architecturally and never faults). Does nothing off x86-64 or past the end.
+#[inline(always)]
+pub(crate) fn prefetch_l2<T>(data: &[T], i: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(v) = data.get(i) {
+        // SAFETY: SSE, which `_mm_prefetch` needs, is part of the x86-64 baseline; a
+        // prefetch is a hint that reads no memory architecturally, and the pointer comes
+        // from a reference into `data` anyway.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T1 }>(
+                (v as *const T).cast::<i8>(),
+            )
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, i);
 }
 
 #[cfg(test)]

@@ -36,7 +36,8 @@ use pulp::Simd;
 
 use super::aligned::Aligned;
 use super::float::Float;
-use super::projection::CacheSizes;
+use super::gemm::prefetch_l2;
+use super::projection::{CacheSizes, ForcedChunks};
 use super::recycle::{Kept, Scratch};
 use super::simd::{dispatch, SimdLevel};
 
@@ -204,6 +205,9 @@ pub(crate) struct Packed<T> {
     layout: PanelLayout,
     /// Reduction steps per chunk (Note [Reduction chunks]); `usize::MAX`: one chunk.
     pub(crate) k_chunk: usize,
+    /// Whether each chunk's tiles ask for the next chunk's weights ahead (Note [Next chunk
+    /// ahead]).
+    pub(crate) prefetch: bool,
 }
 
 /// Which output each accumulator lane of a panel computes.
@@ -383,6 +387,7 @@ impl<T: Lane> Packed<T> {
             panels: hidden.div_ceil(per_panel),
             layout,
             k_chunk: usize::MAX,
+            prefetch: false,
         };
         packed.fill([Source::rows(w_in, ka), Source::rows(w_hh, p)]);
         packed
@@ -402,6 +407,7 @@ impl<T: Lane> Packed<T> {
             panels: n.div_ceil(SLOTS * lanes),
             layout: PanelLayout::Columns,
             k_chunk: usize::MAX,
+            prefetch: false,
         };
         packed.fill([Source::rows(&[], 0), Source::columns(w, n)]);
         packed
@@ -414,16 +420,21 @@ impl<T: Lane> Packed<T> {
         self
     }
 
-    /// The same weights, the product chunked for this CPU's L1, or as forced
-    /// (`forced`, captured by the plan: Note [Reduction chunks]).
-    pub(crate) fn blocked(self, forced: Option<usize>) -> Self {
-        let kc = super::projection::k_chunk(
-            forced,
-            self.level,
-            self.bytes_per_k(),
-            CacheSizes::detected(),
-        );
-        self.with_k_chunk(kc)
+    /// Whether the chunked product asks for the next chunk ahead (Note [Next chunk
+    /// ahead]).
+    pub(crate) fn with_prefetch(mut self, prefetch: bool) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// The same weights, the product chunked for this CPU's L1 and the next chunk asked
+    /// for ahead when they outgrow its L2, or as forced (`forced`, captured by the plan:
+    /// Notes [Reduction chunks] and [Next chunk ahead]).
+    pub(crate) fn blocked(self, forced: ForcedChunks) -> Self {
+        let cache = CacheSizes::detected();
+        let kc = super::projection::k_chunk(forced.k_chunk, self.level, self.bytes_per_k(), cache);
+        let prefetch = super::projection::prefetch(forced.prefetch, self.bytes(), cache);
+        self.with_k_chunk(kc).with_prefetch(prefetch)
     }
 
     /// Bytes of the packed elements.
@@ -435,6 +446,22 @@ impl<T: Lane> Packed<T> {
     pub(crate) fn bytes_per_k(&self) -> usize {
         let (va, vb) = self.vectors();
         va.max(vb) * self.lanes * core::mem::size_of::<T>()
+    }
+
+    /// The elements of the chunk after the one of panel `j` that ends at reduction step
+    /// `k1` of segment `b` (`in_b`) or `a`, taken as `steps` steps long: the rest of that
+    /// segment, else the next segment or panel (they follow in `data`), else the first
+    /// panel's, which the next product starts with (Note [Next chunk ahead]).
+    fn next_chunk(&self, j: usize, in_b: bool, k1: usize, steps: usize) -> &[T] {
+        let (va, vb) = self.vectors();
+        let (v, base) = match in_b {
+            false => (va, 0),
+            true => (vb, self.ka * va * self.lanes),
+        };
+        let start = j * self.panel_len() + base + k1 * v * self.lanes;
+        let start = if start < self.data.len() { start } else { 0 };
+        let end = (start + steps * v * self.lanes).min(self.data.len());
+        &self.data[start..end]
     }
 
     /// Vectors per `k` of each segment.
@@ -727,6 +754,9 @@ impl<T: Lane> Packed<T> {
             .map(|k0| (false, k0, (k0 + kc).min(ka)))
             .chain((0..kb).step_by(kc).map(|k0| (true, k0, (k0 + kc).min(kb))));
         let chunks: Vec<(bool, usize, usize)> = chunks.collect();
+        // Note [Next chunk ahead]: each tile's share of the next chunk's cache lines.
+        let tiles = rows.div_ceil(rows_max);
+        let line = (CACHE_LINE / core::mem::size_of::<T>()).max(1);
         for j in 0..self.panels {
             let panel = &self.data[j * panel_len..(j + 1) * panel_len];
             let (pa, pb) = panel.split_at(split);
@@ -735,18 +765,34 @@ impl<T: Lane> Packed<T> {
                 let init = c == 0;
                 let (seg, offset) = if in_b { (pb, ka) } else { (pa, 0) };
                 let panel = &seg[k0 * va..k1 * va];
+                let next = if self.prefetch && rows > 1 {
+                    self.next_chunk(j, in_b, k1, k1 - k0)
+                } else {
+                    &[]
+                };
+                let share = next.len().div_ceil(line).div_ceil(tiles) * line;
+                let ahead = Ahead {
+                    lines: &[],
+                    per_k: (share / line).div_ceil(k1 - k0),
+                    line,
+                };
+                let mut shares = next.chunks(share.max(1));
                 let mut first = 0;
                 while first < rows {
                     let mr = rows_max.min(rows - first);
                     let block = &lhs[first * k..(first + mr) * k];
                     let block = &block[(offset + k0) * mr..(offset + k1) * mr];
                     let out = &mut acc[first * width..(first + mr) * width];
+                    let ahead = Ahead {
+                        lines: shares.next().unwrap_or(&[]),
+                        ..ahead
+                    };
                     macro_rules! chunk {
                         ($mr:literal, $v:literal, $split:literal) => {
                             if $split && in_b {
-                                chunk::<S, T, $mr, $v, true>(simd, block, panel, out, init)
+                                chunk::<S, T, $mr, $v, true>(simd, block, panel, out, init, ahead)
                             } else {
-                                chunk::<S, T, $mr, $v, false>(simd, block, panel, out, init)
+                                chunk::<S, T, $mr, $v, false>(simd, block, panel, out, init, ahead)
                             }
                         };
                     }
@@ -774,6 +820,77 @@ impl<T: Lane> Packed<T> {
                 first += mr;
             }
         }
+    }
+}
+
+/// Bytes of a cache line, the unit [`Ahead`] asks for.
+const CACHE_LINE: usize = 64;
+
+/// A tile's share of the next chunk's weights, asked for while it runs its own chunk (Note
+/// [Next chunk ahead]): `per_k` lines of `line` elements at each `k`, until `lines` runs
+/// out.
+///
+/// # Note [Next chunk ahead]
+///
+/// With the reduction in chunks (Note [Reduction chunks]), a chunk's slice of a panel
+/// comes into L1 with the first tile that runs it; the other tiles of the chunk read it
+/// from there and ask nothing of memory. While the packed weights stay in the core's L2
+/// that costs little. When they do not (the fused `[W_ih | W_hh]` of an LSTM at H512 is
+/// 8 MiB, its `W_hh` alone 4 MiB, against 2 MiB of L2 on the Intel parts measured), every
+/// step reads them again from L3, and the first tile of each chunk waits for its lines
+/// while the core's hardware prefetchers, which follow misses, see none while the other
+/// tiles compute. Measured on one core of an Intel Xeon (Granite Rapids class,
+/// docs/BENCHMARKS.md, "the next chunk asked for ahead"): L3 delivers about 25 GB/s to one
+/// core, so 4 MiB stream in about 165 µs; 32 rows against them compute in about 425 µs at
+/// the rate the same product reaches from L2; the product took about 600 µs, the sum of
+/// the two, where overlapping them would take not much more than the larger.
+///
+/// So while the tiles run one chunk, they ask for the next one into L2 (a prefetch:
+/// [`prefetch_l2`], the T1 hint; a hint, which changes no result). Each tile asks for its
+/// share of the next chunk's cache lines, a line or a few at each `k`, so that the requests
+/// spread over the whole chunk's compute instead of arriving at once. The next chunk is
+/// the one that follows in the buffer (the panels lie one after another, segment `a` then
+/// `b`, each in its chunks: `next_chunk`); after the last, the first, which the next
+/// product (the next step's) starts with.
+///
+/// It runs when the packed weights take at least one core's L2 (`projection::prefetch`,
+/// from the size the CPU reports) and the product has more than one row: a single row
+/// already streams the weights at L3's rate (a step's product at 1 row and 4 MiB took
+/// 1.02–1.07× its time with the requests). With weights that stay in the L2 the requests only
+/// cost: 1.03–1.05× the time of the GRU H256 B32 forward (1.5 MiB) and 1.03× the LSTM H128
+/// one when forced on. The kernel alone, on two threads, with it against without
+/// (`VARIANTS=pf0,auto ... kernel_times`, alternated in one process): the LSTM H512 B64
+/// forward 0.90×, its training step 0.96×; the GRU's 0.85× and 0.94×; the 2-layer
+/// bidirectional LSTM H256 B32 0.95× and 0.97×; rows whose weights stay in the L2
+/// unchanged. The tests force it on with small chunks (`with_next_chunk_ahead`), and
+/// `BURN_FUSED_RNN_PREFETCH=0|1` forces it for a process. The one-chunk path (AVX-512 on
+/// AMD's cores) does not ask ahead: no AMD machine has measured it.
+#[derive(Clone, Copy)]
+struct Ahead<'a, T> {
+    lines: &'a [T],
+    per_k: usize,
+    line: usize,
+}
+
+impl<T> Ahead<'_, T> {
+    /// Nothing to ask for.
+    const NONE: Self = Ahead {
+        lines: &[],
+        per_k: 0,
+        line: 1,
+    };
+
+    /// Asks for this `k`'s lines at the start of `lines`; returns the rest.
+    #[inline(always)]
+    fn ask<'b>(&self, lines: &'b [T]) -> &'b [T] {
+        if lines.is_empty() {
+            return lines;
+        }
+        let n = (self.per_k * self.line).min(lines.len());
+        for i in (0..n).step_by(self.line) {
+            prefetch_l2(lines, i);
+        }
+        &lines[n..]
     }
 }
 
@@ -807,6 +924,7 @@ fn chunk<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
     panel: &[T::V<S>],
     acc: &mut [T],
     init: bool,
+    ahead: Ahead<'_, T>,
 ) {
     let out = T::vectors_mut::<S>(acc);
     let mut regs = [[T::splat(simd, T::ZERO); SLOTS]; MR];
@@ -818,7 +936,7 @@ fn chunk<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
         }
     }
     let kc = panel.len() / V;
-    segment::<S, T, MR, V, SPLIT>(simd, &mut regs, &lhs[..kc * MR], &panel[..kc * V]);
+    segment::<S, T, MR, V, SPLIT>(simd, &mut regs, &lhs[..kc * MR], &panel[..kc * V], ahead);
     for r in 0..MR {
         for s in 0..SLOTS {
             out[r * SLOTS + s] = regs[r][s];
@@ -843,8 +961,8 @@ fn tile<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
 ) {
     let mut acc = [[T::splat(simd, T::ZERO); SLOTS]; MR];
     let (la, lb) = lhs[..(ka + kb) * MR].split_at(ka * MR);
-    segment::<S, T, MR, V, false>(simd, &mut acc, la, &pa[..ka * V]);
-    segment::<S, T, MR, V, SPLIT>(simd, &mut acc, lb, &pb[..kb * V]);
+    segment::<S, T, MR, V, false>(simd, &mut acc, la, &pa[..ka * V], Ahead::NONE);
+    segment::<S, T, MR, V, SPLIT>(simd, &mut acc, lb, &pb[..kb * V], Ahead::NONE);
     let out = T::vectors_mut::<S>(out);
     for r in 0..MR {
         for s in 0..SLOTS {
@@ -871,8 +989,10 @@ fn segment<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>
     acc: &mut [[T::V<S>; SLOTS]; MR],
     lhs: &[T],
     panel: &[T::V<S>],
+    ahead: Ahead<'_, T>,
 ) {
     let slot = |v: usize| if SPLIT && v == 2 { 3 } else { v };
+    let mut lines = ahead.lines;
     let (lhs, panel) = if MR == 1 {
         let mut odd = [T::splat(simd, T::ZERO); SLOTS];
         let pairs = lhs.len() / 2;
@@ -880,6 +1000,7 @@ fn segment<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>
             .chunks_exact(2)
             .zip(panel[..2 * pairs * V].chunks_exact(2 * V))
         {
+            lines = ahead.ask(lines);
             let (x0, x1) = (T::splat(simd, x[0]), T::splat(simd, x[1]));
             for v in 0..V {
                 acc[0][slot(v)] = T::fma(simd, x0, w[v], acc[0][slot(v)]);
@@ -898,6 +1019,7 @@ fn segment<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>
         for (x, w) in lhs.chunks_exact(MR).zip(panel.chunks_exact(V)) {
             let x: &[T; MR] = x.try_into().expect("chunks of MR");
             let w: &[T::V<S>; V] = w.try_into().expect("chunks of V");
+            lines = ahead.ask(lines);
             for r in 0..MR {
                 let xr = T::splat(simd, x[r]);
                 for v in 0..V {
@@ -910,6 +1032,7 @@ fn segment<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>
         for (x, w) in lhs.chunks_exact(MR).zip(panel.chunks_exact(V)) {
             let x: &[T; MR] = x.try_into().expect("chunks of MR");
             let w: &[T::V<S>; V] = w.try_into().expect("chunks of V");
+            lines = ahead.ask(lines);
             let xs: [T::V<S>; MR] = core::array::from_fn(|r| T::splat(simd, x[r]));
             for v in 0..V {
                 let wv = w[v];
@@ -956,8 +1079,16 @@ mod tests {
                     let xa: Vec<&[f64]> = (0..rows).map(|r| &x[r * i..(r + 1) * i]).collect();
                     let hb: Vec<&[f64]> = h.chunks(p).collect();
                     // One chunk, and chunks of 1, 2 and 5 reduction steps (Note [Reduction
-                    // chunks]), which cut both segments and leave remainders.
-                    for k_chunk in [usize::MAX, 1, 2, 5] {
+                    // chunks]), which cut both segments and leave remainders; chunks of 2
+                    // with and without the next chunk asked for ahead (Note [Next chunk
+                    // ahead]), whose tiles' shares run out early, late or not at all.
+                    for (k_chunk, ahead) in [
+                        (usize::MAX, false),
+                        (1, true),
+                        (2, false),
+                        (2, true),
+                        (5, true),
+                    ] {
                         let packed = Packed::gates(
                             level,
                             (i > 0).then_some((&w_ih[..], i)),
@@ -966,7 +1097,8 @@ mod tests {
                             hidden,
                             p,
                         )
-                        .with_k_chunk(k_chunk);
+                        .with_k_chunk(k_chunk)
+                        .with_prefetch(ahead);
                         let mut seen = vec![0usize; rows * n * 2];
                         run_tiles(&packed, &xa, &hb, |r, col, [sa, sb], got| {
                             let mut want = 0.0;
@@ -996,8 +1128,10 @@ mod tests {
                     }
                     // Plain columns: h · W with W `[p, n]`.
                     let w = values(p * n, 5.0);
-                    for k_chunk in [usize::MAX, 2] {
-                        let packed = Packed::columns(level, &w, p, n).with_k_chunk(k_chunk);
+                    for (k_chunk, ahead) in [(usize::MAX, false), (2, false), (2, true)] {
+                        let packed = Packed::columns(level, &w, p, n)
+                            .with_k_chunk(k_chunk)
+                            .with_prefetch(ahead);
                         let mut seen = vec![0usize; rows * n];
                         run_tiles(&packed, &[], &hb, |r, col, _, got| {
                             let want: f64 = (0..p).map(|k| h[r * p + k] * w[k * n + col]).sum();
@@ -1010,6 +1144,60 @@ mod tests {
                         assert!(seen.iter().all(|&c| c == 1));
                     }
                 }
+            }
+        }
+    }
+
+    /// Each chunk's `next_chunk` starts where the following chunk starts, walking the
+    /// chunks in the order `tiles_chunked` runs them (each panel's segment `a`, then its
+    /// segment `b`), their lengths added up one by one; the last chunk's is the first
+    /// chunk of the buffer.
+    #[test]
+    fn the_next_chunk_is_the_one_after() {
+        let w = values(4 * 40 * 60, 1.0);
+        for level in SimdLevel::available() {
+            for (packed, kc) in [
+                (
+                    Packed::gates(level, Some((&w[..4 * 37 * 23], 23)), &w, 4, 37, 11),
+                    5,
+                ),
+                (
+                    Packed::gates(level, Some((&w[..3 * 19 * 7], 7)), &w, 3, 19, 19),
+                    3,
+                ),
+                (Packed::gates(level, None, &w, 1, 70, 9), 4),
+                (Packed::columns(level, &w, 13, 50), 6),
+            ] {
+                let packed = packed.with_k_chunk(kc);
+                let (va, vb) = packed.vectors();
+                let mut chunks = Vec::new();
+                for j in 0..packed.panels {
+                    for (in_b, len, v) in [(false, packed.ka, va), (true, packed.kb, vb)] {
+                        for k0 in (0..len).step_by(kc) {
+                            let k1 = (k0 + kc).min(len);
+                            chunks.push((j, in_b, k1, (k1 - k0) * v * packed.lanes));
+                        }
+                    }
+                }
+                let base = packed.data.as_ptr();
+                let mut start = 0;
+                for (i, &(j, in_b, k1, len)) in chunks.iter().enumerate() {
+                    start += len;
+                    let next = packed.next_chunk(j, in_b, k1, kc);
+                    let want = if i + 1 < chunks.len() { start } else { 0 };
+                    assert_eq!(
+                        next.as_ptr() as usize - base as usize,
+                        want * size_of::<f64>(),
+                        "{level:?} chunk {i} of {}",
+                        chunks.len()
+                    );
+                    assert!(!next.is_empty() && next.len() <= kc * SLOTS * packed.lanes);
+                }
+                assert_eq!(
+                    start,
+                    packed.data.len(),
+                    "{level:?}: the chunks tile the buffer"
+                );
             }
         }
     }

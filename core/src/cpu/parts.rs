@@ -22,6 +22,7 @@ use super::backward::{weight_gemms, WeightGemm};
 use super::cell;
 use super::gemm::{gemm, Mat, MatMut};
 use super::packed::{Packed, SLOTS};
+use super::projection::{forced_next_chunk_ahead, ForcedChunks};
 use super::simd::{dispatch, has_fma, SimdLevel};
 
 /// Panics unless every size is at least 1.
@@ -40,8 +41,10 @@ fn values(n: usize, seed: usize) -> Vec<f32> {
 
 /// One step's product of `rows` rows: `[rows, k] · W^T` with `W` `[4·hidden, k]` packed as
 /// an LSTM's `W_hh` (`k` = its `P`), at a SIMD level, with the reduction chunks this CPU
-/// gets (Note [Reduction chunks]) unless `k_chunk` forces them. What a thread computes per
-/// step when the input is projected ahead (Note [Input projection]).
+/// gets (Note [Reduction chunks]) unless `k_chunk` forces them, and the next chunk asked
+/// for ahead when the weights outgrow its L2 unless the calling thread forces it (Note
+/// [Next chunk ahead]). What a thread computes per step when the input is projected ahead
+/// (Note [Input projection]).
 pub struct StepProduct {
     packed: Packed<f32>,
     x: Vec<f32>,
@@ -64,8 +67,12 @@ impl StepProduct {
             "step product",
             &[("rows", rows), ("hidden", hidden), ("k", k)],
         );
-        let packed =
-            Packed::gates(level, None, &values(4 * hidden * k, 1), 4, hidden, k).blocked(k_chunk);
+        let packed = Packed::gates(level, None, &values(4 * hidden * k, 1), 4, hidden, k).blocked(
+            ForcedChunks {
+                k_chunk,
+                prefetch: forced_next_chunk_ahead(),
+            },
+        );
         Self {
             packed,
             x: values(rows * k, 2),
@@ -99,6 +106,11 @@ impl StepProduct {
     /// Chunks of the reduction, in steps (`usize::MAX`: one chunk).
     pub fn k_chunk(&self) -> usize {
         self.packed.k_chunk
+    }
+
+    /// Whether the product asks for each next chunk ahead (Note [Next chunk ahead]).
+    pub fn next_chunk_ahead(&self) -> bool {
+        self.packed.prefetch
     }
 }
 

@@ -37,7 +37,7 @@ use core::ops::Range;
 
 use super::float::Float;
 use super::packed::{Lane, Packed};
-use super::projection::InputProjection;
+use super::projection::{ForcedChunks, InputProjection};
 use super::simd::SimdLevel;
 use crate::descriptor::{RnnDescriptor, Sizes};
 use crate::dropout::LayerMask;
@@ -63,9 +63,9 @@ pub(crate) struct Plan<'d> {
     /// The input projection forced on the calling thread, if any (Note [Input projection]
     /// in `super::projection`).
     pub(crate) projection: Option<InputProjection>,
-    /// The reduction chunk forced on the calling thread, if any (Note [Reduction chunks]
-    /// in `super::packed`).
-    pub(crate) k_chunk: Option<usize>,
+    /// The chunk choices forced on the calling thread (Notes [Reduction chunks] and [Next
+    /// chunk ahead] in `super::packed`).
+    pub(crate) chunks: ForcedChunks,
     /// The block of steps projected at once forced on the calling thread, if any (Note
     /// [Input projection] in `super::projection`).
     pub(crate) projection_block: Option<usize>,
@@ -95,7 +95,7 @@ impl<'d> Plan<'d> {
             threads: rayon::current_num_threads().max(1),
             level: SimdLevel::current(),
             projection: InputProjection::forced(),
-            k_chunk: super::projection::forced_k_chunk(),
+            chunks: ForcedChunks::current(),
             projection_block: super::projection::forced_projection_block(),
         }
     }
@@ -181,7 +181,7 @@ impl<'d> Plan<'d> {
             true => None,
             false => cw.w_ih.map(|m| (m, in_size)),
         };
-        Packed::gates(self.level, w_ih, cw.w_hh, self.g, self.h, self.p).blocked(self.k_chunk)
+        Packed::gates(self.level, w_ih, cw.w_hh, self.g, self.h, self.p).blocked(self.chunks)
     }
 
     /// The range of pseudo-layer (`layer`, `d`)'s tensors in the flat params (they are

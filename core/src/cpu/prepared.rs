@@ -44,7 +44,7 @@ use std::sync::{Arc, Mutex};
 use super::forward::scan_shape;
 use super::packed::{Lane, Packed};
 use super::plan::Plan;
-use super::projection::InputProjection;
+use super::projection::{ForcedChunks, InputProjection};
 use super::simd::SimdLevel;
 use crate::spec::RnnSpec;
 
@@ -62,8 +62,9 @@ struct Key {
     element: TypeId,
     level: SimdLevel,
     spec: RnnSpec,
-    /// A forced reduction chunk (Note [Reduction chunks] in `super::packed`).
-    k_chunk: Option<usize>,
+    /// The chunk choices forced (Notes [Reduction chunks] and [Next chunk ahead] in
+    /// `super::packed`).
+    chunks: ForcedChunks,
     /// Whether the first layer, and the later ones, project their input ahead (`W_hh`
     /// packed alone; the later layers share one input size, hence one choice).
     ahead: [bool; 2],
@@ -116,7 +117,7 @@ pub(crate) fn packed_for_call<T: Lane, W: Clone + Send + Sync + 'static>(
         element: TypeId::of::<T>(),
         level: plan.level,
         spec: plan.spec,
-        k_chunk: plan.k_chunk,
+        chunks: plan.chunks,
         ahead: [
             ahead(plan, w, 0),
             plan.spec.num_layers > 1 && ahead(plan, w, 1),
@@ -240,7 +241,7 @@ mod tests {
                 element: TypeId::of::<f32>(),
                 level: SimdLevel::Portable,
                 spec: RnnSpec::new(RnnMode::Gru, 1, 1),
-                k_chunk: None,
+                chunks: ForcedChunks::default(),
                 ahead: [false; 2],
             },
             _weights: Box::new(()),

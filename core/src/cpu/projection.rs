@@ -1,8 +1,9 @@
 //! The kernel's blocking choices, from what the CPU reports and the call's sizes: where the
 //! forward computes a step's input projection `x_t · W_ih^T` (inside the step's product, or
-//! ahead of the steps, for a block of steps in one GEMM), and how the step products chunk
-//! their reduction (Note [Reduction chunks] in `super::packed`). Each can be forced, per
-//! thread for tests and per process for benchmarks.
+//! ahead of the steps, for a block of steps in one GEMM), how the step products chunk
+//! their reduction (Note [Reduction chunks] in `super::packed`), and whether they ask for
+//! each next chunk ahead (Note [Next chunk ahead] there). Each can be forced, per thread for
+//! tests and per process for benchmarks.
 //!
 //! # Note [Input projection]
 //!
@@ -196,6 +197,67 @@ pub fn forced_projection_block() -> Option<usize> {
 /// projection beside the scan (Note [Projection beside the scan]), on short sequences.
 pub fn with_projection_block<R>(steps: usize, f: impl FnOnce() -> R) -> R {
     with_forced(&FORCED_BLOCK, steps.max(1), f)
+}
+
+thread_local! {
+    static FORCED_PREFETCH: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Whether the chunked step products ask for the next chunk ahead, as forced on this
+/// thread ([`with_next_chunk_ahead`]) or by `BURN_FUSED_RNN_PREFETCH` (`0` or `1`), if
+/// either does.
+pub fn forced_next_chunk_ahead() -> Option<bool> {
+    FORCED_PREFETCH.with(Cell::get).or_else(|| {
+        static ENV: OnceLock<Option<bool>> = OnceLock::new();
+        *ENV.get_or_init(|| {
+            let value = std::env::var("BURN_FUSED_RNN_PREFETCH").ok()?;
+            match value.trim() {
+                "0" => Some(false),
+                "1" => Some(true),
+                _ => {
+                    eprintln!(
+                        "burn-fused-rnn: BURN_FUSED_RNN_PREFETCH={value}: expected 0 or 1; chosen from the L2"
+                    );
+                    None
+                }
+            }
+        })
+    })
+}
+
+/// Runs `f` with every fused call that `f` makes from this thread asking for the next
+/// chunk of the step products' weights ahead (`true`) or never (`false`), instead of
+/// when the packed weights outgrow the L2 (Note [Next chunk ahead] in `super::packed`).
+/// The sums are the same either way; only the time changes.
+pub fn with_next_chunk_ahead<R>(ahead: bool, f: impl FnOnce() -> R) -> R {
+    with_forced(&FORCED_PREFETCH, ahead, f)
+}
+
+/// The chunk choices forced on a thread, which a plan captures (Notes [Reduction chunks]
+/// and [Next chunk ahead] in `super::packed`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ForcedChunks {
+    /// Reduction steps per chunk ([`forced_k_chunk`]).
+    pub(crate) k_chunk: Option<usize>,
+    /// Whether the next chunk is asked for ahead ([`forced_next_chunk_ahead`]).
+    pub(crate) prefetch: Option<bool>,
+}
+
+impl ForcedChunks {
+    /// What this thread forces.
+    pub(crate) fn current() -> Self {
+        ForcedChunks {
+            k_chunk: forced_k_chunk(),
+            prefetch: forced_next_chunk_ahead(),
+        }
+    }
+}
+
+/// Whether a chunked product over `packed_bytes` of packed weights asks for each next
+/// chunk ahead (Note [Next chunk ahead] in `super::packed`): `forced`, else when they take
+/// at least one core's L2, so that each step streams them from L3.
+pub(crate) fn prefetch(forced: Option<bool>, packed_bytes: usize, cache: CacheSizes) -> bool {
+    forced.unwrap_or(packed_bytes >= cache.l2)
 }
 
 /// Reduction steps per chunk of the step products at `level` (Note [Reduction chunks] in
@@ -546,6 +608,25 @@ mod tests {
         assert_eq!(avx512 == usize::MAX, one_chunk_avx512());
         assert_eq!(k_chunk(Some(3), SimdLevel::Avx512, 256, ZEN4), 3);
         assert_eq!(with_k_chunk(5, forced_k_chunk), Some(5));
+    }
+
+    #[test]
+    fn the_next_chunk_is_asked_for_from_one_l2_of_weights() {
+        // 1 MiB of L2: asked ahead from 1 MiB of packed weights, not below.
+        assert!(!prefetch(None, (1 << 20) - 1, ZEN4));
+        assert!(prefetch(None, 1 << 20, ZEN4));
+        assert!(prefetch(None, 8 << 20, ZEN4));
+        // Forced either way, whatever the size.
+        assert!(prefetch(Some(true), 4096, ZEN4));
+        assert!(!prefetch(Some(false), 8 << 20, ZEN4));
+        let outside = forced_next_chunk_ahead();
+        with_next_chunk_ahead(true, || {
+            assert_eq!(ForcedChunks::current().prefetch, Some(true));
+            with_next_chunk_ahead(false, || {
+                assert_eq!(forced_next_chunk_ahead(), Some(false));
+            });
+        });
+        assert_eq!(forced_next_chunk_ahead(), outside);
     }
 
     #[test]
