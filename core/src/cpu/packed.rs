@@ -437,6 +437,13 @@ impl<T: Lane> Packed<T> {
         self.with_k_chunk(kc).with_prefetch(prefetch)
     }
 
+    /// Whether a product of `rows` rows asks for each next chunk ahead: where it runs in
+    /// chunks, is told to ([`Packed::with_prefetch`]) and has more than one row (Note [Next
+    /// chunk ahead]).
+    pub(crate) fn asks_ahead(&self, rows: usize) -> bool {
+        self.prefetch && rows > 1 && self.k_chunk < self.ka + self.kb
+    }
+
     /// Bytes of the packed elements.
     pub(crate) fn bytes(&self) -> usize {
         self.data.len() * core::mem::size_of::<T>()
@@ -755,6 +762,7 @@ impl<T: Lane> Packed<T> {
             .chain((0..kb).step_by(kc).map(|k0| (true, k0, (k0 + kc).min(kb))));
         let chunks: Vec<(bool, usize, usize)> = chunks.collect();
         // Note [Next chunk ahead]: each tile's share of the next chunk's cache lines.
+        let ahead = self.asks_ahead(rows);
         let tiles = rows.div_ceil(rows_max);
         let line = (CACHE_LINE / core::mem::size_of::<T>()).max(1);
         for j in 0..self.panels {
@@ -765,17 +773,12 @@ impl<T: Lane> Packed<T> {
                 let init = c == 0;
                 let (seg, offset) = if in_b { (pb, ka) } else { (pa, 0) };
                 let panel = &seg[k0 * va..k1 * va];
-                let next = if self.prefetch && rows > 1 {
-                    self.next_chunk(j, in_b, k1, k1 - k0)
-                } else {
-                    &[]
+                let next = match ahead {
+                    true => self.next_chunk(j, in_b, k1, k1 - k0),
+                    false => &[],
                 };
                 let share = next.len().div_ceil(line).div_ceil(tiles) * line;
-                let ahead = Ahead {
-                    lines: &[],
-                    per_k: (share / line).div_ceil(k1 - k0),
-                    line,
-                };
+                let per_k = (share / line).div_ceil(k1 - k0);
                 let mut shares = next.chunks(share.max(1));
                 let mut first = 0;
                 while first < rows {
@@ -785,7 +788,8 @@ impl<T: Lane> Packed<T> {
                     let out = &mut acc[first * width..(first + mr) * width];
                     let ahead = Ahead {
                         lines: shares.next().unwrap_or(&[]),
-                        ..ahead
+                        per_k,
+                        line,
                     };
                     macro_rules! chunk {
                         ($mr:literal, $v:literal, $split:literal) => {
@@ -1152,6 +1156,31 @@ mod tests {
     /// chunks in the order `tiles_chunked` runs them (each panel's segment `a`, then its
     /// segment `b`), their lengths added up one by one; the last chunk's is the first
     /// chunk of the buffer.
+    #[test]
+    fn a_product_asks_ahead_with_chunks_rows_and_the_choice() {
+        let w = values(4 * 37 * 23, 1.0);
+        let packed = |kc: usize, ahead: bool| {
+            Packed::gates(SimdLevel::Portable, Some((&w, 23)), &w, 4, 37, 11)
+                .with_k_chunk(kc)
+                .with_prefetch(ahead)
+        };
+        // k = 23 + 11 = 34 reduction steps.
+        for (kc, ahead, rows, want) in [
+            (5, true, 2, true),
+            (33, true, 13, true),
+            (5, true, 1, false),
+            (34, true, 6, false),
+            (usize::MAX, true, 6, false),
+            (5, false, 6, false),
+        ] {
+            assert_eq!(
+                packed(kc, ahead).asks_ahead(rows),
+                want,
+                "chunk {kc}, asked {ahead}, {rows} rows"
+            );
+        }
+    }
+
     #[test]
     fn the_next_chunk_is_the_one_after() {
         let w = values(4 * 40 * 60, 1.0);

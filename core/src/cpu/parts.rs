@@ -108,9 +108,10 @@ impl StepProduct {
         self.packed.k_chunk
     }
 
-    /// Whether the product asks for each next chunk ahead (Note [Next chunk ahead]).
+    /// Whether the product asks for each next chunk ahead (Note [Next chunk ahead]): what
+    /// it does with its rows and chunks, not only what was chosen or forced.
     pub fn next_chunk_ahead(&self) -> bool {
-        self.packed.prefetch
+        self.packed.asks_ahead(self.rows)
     }
 }
 

@@ -92,7 +92,7 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
-use super::simd::{with_forced, SimdLevel};
+use super::simd::{env_setting, with_forced, SimdLevel};
 
 /// Where the input projection runs (Note [Input projection]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -129,17 +129,11 @@ thread_local! {
 /// `BURN_FUSED_RNN_PROJECTION`, read once.
 fn from_env() -> Option<InputProjection> {
     static ENV: OnceLock<Option<InputProjection>> = OnceLock::new();
-    *ENV.get_or_init(|| {
-        let value = std::env::var("BURN_FUSED_RNN_PROJECTION").ok()?;
-        let found = InputProjection::ALL
+    env_setting(&ENV, "BURN_FUSED_RNN_PROJECTION", |value| {
+        InputProjection::ALL
             .into_iter()
-            .find(|p| p.name() == value.trim());
-        if found.is_none() {
-            eprintln!(
-                "burn-fused-rnn: BURN_FUSED_RNN_PROJECTION={value}: expected fused or ahead; choosing per layer"
-            );
-        }
-        found
+            .find(|p| p.name() == value)
+            .ok_or_else(|| "expected fused or ahead; choosing per layer".to_string())
     })
 }
 
@@ -156,18 +150,14 @@ thread_local! {
 /// The reduction chunk forced on this thread ([`with_k_chunk`]) or by
 /// `BURN_FUSED_RNN_K_CHUNK` (steps; `0`: one chunk), if any.
 pub fn forced_k_chunk() -> Option<usize> {
+    static ENV: OnceLock<Option<usize>> = OnceLock::new();
     FORCED_K_CHUNK.with(Cell::get).or_else(|| {
-        static ENV: OnceLock<Option<usize>> = OnceLock::new();
-        *ENV.get_or_init(|| {
-            let value = std::env::var("BURN_FUSED_RNN_K_CHUNK").ok()?;
-            match value.trim().parse::<usize>() {
-                Ok(0) => Some(usize::MAX),
-                Ok(k) => Some(k),
+        env_setting(&ENV, "BURN_FUSED_RNN_K_CHUNK", |value| {
+            match value.parse() {
+                Ok(0) => Ok(usize::MAX),
+                Ok(k) => Ok(k),
                 Err(_) => {
-                    eprintln!(
-                        "burn-fused-rnn: BURN_FUSED_RNN_K_CHUNK={value}: expected a number of steps (0: one chunk); chosen from the L1"
-                    );
-                    None
+                    Err("expected a number of steps (0: one chunk); chosen from the L1".into())
                 }
             }
         })
@@ -207,20 +197,12 @@ thread_local! {
 /// thread ([`with_next_chunk_ahead`]) or by `BURN_FUSED_RNN_PREFETCH` (`0` or `1`), if
 /// either does.
 pub fn forced_next_chunk_ahead() -> Option<bool> {
+    static ENV: OnceLock<Option<bool>> = OnceLock::new();
     FORCED_PREFETCH.with(Cell::get).or_else(|| {
-        static ENV: OnceLock<Option<bool>> = OnceLock::new();
-        *ENV.get_or_init(|| {
-            let value = std::env::var("BURN_FUSED_RNN_PREFETCH").ok()?;
-            match value.trim() {
-                "0" => Some(false),
-                "1" => Some(true),
-                _ => {
-                    eprintln!(
-                        "burn-fused-rnn: BURN_FUSED_RNN_PREFETCH={value}: expected 0 or 1; chosen from the L2"
-                    );
-                    None
-                }
-            }
+        env_setting(&ENV, "BURN_FUSED_RNN_PREFETCH", |value| match value {
+            "0" => Ok(false),
+            "1" => Ok(true),
+            _ => Err("expected 0 or 1; chosen from the L2".into()),
         })
     })
 }

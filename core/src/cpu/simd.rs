@@ -104,28 +104,14 @@ thread_local! {
 /// `BURN_FUSED_RNN_SIMD`, read once.
 fn from_env() -> Option<SimdLevel> {
     static ENV: OnceLock<Option<SimdLevel>> = OnceLock::new();
-    *ENV.get_or_init(|| {
-        let value = std::env::var("BURN_FUSED_RNN_SIMD").ok()?;
-        let level = SimdLevel::ALL
-            .into_iter()
-            .find(|l| l.name() == value.trim());
-        match level {
-            Some(level) if level.is_available() => Some(level),
-            Some(level) => {
-                eprintln!(
-                    "burn-fused-rnn: BURN_FUSED_RNN_SIMD={value}: this CPU lacks {}, using {}",
-                    level.name(),
-                    SimdLevel::detected().name()
-                );
-                None
-            }
-            None => {
-                eprintln!(
-                    "burn-fused-rnn: BURN_FUSED_RNN_SIMD={value}: expected avx512, avx2 or portable; using {}",
-                    SimdLevel::detected().name()
-                );
-                None
-            }
+    env_setting(&ENV, "BURN_FUSED_RNN_SIMD", |value| {
+        let detected = SimdLevel::detected().name();
+        match SimdLevel::ALL.into_iter().find(|l| l.name() == value) {
+            Some(level) if level.is_available() => Ok(level),
+            Some(level) => Err(format!("this CPU lacks {}, using {detected}", level.name())),
+            None => Err(format!(
+                "expected avx512, avx2 or portable; using {detected}"
+            )),
         }
     })
 }
@@ -143,6 +129,23 @@ pub fn with_simd_level<R>(level: SimdLevel, f: impl FnOnce() -> R) -> R {
         SimdLevel::available()
     );
     with_forced(&FORCED, level, f)
+}
+
+/// The environment variable `var`, read once per process into `cell` and trimmed, as
+/// `parse` reads it; a value `parse` refuses (`Err(why)`) is reported on stderr
+/// (`burn-fused-rnn: VAR=value: why`) and counts as unset. Every `BURN_FUSED_RNN_*`
+/// setting of the kernel is read this way.
+pub(crate) fn env_setting<V: Copy>(
+    cell: &'static OnceLock<Option<V>>,
+    var: &str,
+    parse: impl FnOnce(&str) -> Result<V, String>,
+) -> Option<V> {
+    *cell.get_or_init(|| {
+        let value = std::env::var(var).ok()?;
+        parse(value.trim())
+            .map_err(|why| eprintln!("burn-fused-rnn: {var}={value}: {why}"))
+            .ok()
+    })
 }
 
 /// Runs `f` with the thread-local setting `key` forced to `value` on this thread; what it
