@@ -1152,10 +1152,8 @@ mod tests {
         }
     }
 
-    /// Each chunk's `next_chunk` starts where the following chunk starts, walking the
-    /// chunks in the order `tiles_chunked` runs them (each panel's segment `a`, then its
-    /// segment `b`), their lengths added up one by one; the last chunk's is the first
-    /// chunk of the buffer.
+    /// A product asks ahead only when chunked (a chunk shorter than `k`), told to, and
+    /// with more than one row, at each boundary.
     #[test]
     fn a_product_asks_ahead_with_chunks_rows_and_the_choice() {
         let w = values(4 * 37 * 23, 1.0);
@@ -1181,6 +1179,10 @@ mod tests {
         }
     }
 
+    /// Each chunk's `next_chunk` starts where the following chunk starts, walking the
+    /// chunks in the order `tiles_chunked` runs them (each panel's segment `a`, then its
+    /// segment `b`), their lengths added up one by one; the last chunk's is the first
+    /// chunk of the buffer.
     #[test]
     fn the_next_chunk_is_the_one_after() {
         let w = values(4 * 40 * 60, 1.0);

@@ -134,7 +134,7 @@ pub fn with_simd_level<R>(level: SimdLevel, f: impl FnOnce() -> R) -> R {
 /// The environment variable `var`, read once per process into `cell` and trimmed, as
 /// `parse` reads it; a value `parse` refuses (`Err(why)`) is reported on stderr
 /// (`burn-fused-rnn: VAR=value: why`) and counts as unset. Every `BURN_FUSED_RNN_*`
-/// setting of the kernel is read this way.
+/// setting of the CPU kernel is read this way.
 pub(crate) fn env_setting<V: Copy>(
     cell: &'static OnceLock<Option<V>>,
     var: &str,
