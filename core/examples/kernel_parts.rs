@@ -6,9 +6,9 @@
 //!
 //! ```sh
 //! # 20 rounds; per thread at LSTM H256 B32 on two threads: 16 rows, W_hh 256 -> 1024;
-//! # the cells of those rows; its projection, 800 rows in blocks of 512 on one thread:
+//! # the cells of those rows; its projection, 800 rows in blocks of 512:
 //! taskset -c 0 cargo run --release -p burn-fused-rnn-core --example kernel_parts -- 20 \
-//!     product,16,256,256 cells,16,256 projection,800,256,1024,512,1
+//!     product,16,256,256 cells,16,256 projection,800,256,1024,512
 //! ```
 //!
 //! A part is one of:
@@ -18,8 +18,12 @@
 //!   the next chunk asked for ahead (not), else as this CPU's L2 says (Note [Next chunk
 //!   ahead]);
 //! - `cells,ROWS,HIDDEN`: the LSTM cell update (inference) of `ROWS × HIDDEN` units;
-//! - `projection,ROWS,K,N,BLOCK,THREADS`: biases, then `[ROWS, K] · W^T` (`W` `[N, K]`)
-//!   added, one GEMM per `BLOCK` rows on `THREADS` threads of rayon's pool;
+//! - `projection,ROWS,K,N,BLOCK`: `[ROWS, K] · W^T` (`W` `[N, K]`) plus biases, `BLOCK`
+//!   rows at a time, as the kernel projects a block of steps (`W` packed once per run, then
+//!   the packed kernel);
+//! - `gemm,ROWS,K,N,BLOCK,THREADS`: the same through the `gemm` crate, biases first and the
+//!   product added, one GEMM per `BLOCK` rows on `THREADS` threads of rayon's pool (the
+//!   kernel's projection until 2026-12-06);
 //! - `wgrad,ROWS,HIDDEN,K,THREADS[,fresh]`: an LSTM layer's weight gradients over `ROWS`
 //!   rows (`dW_ih`, `4·HIDDEN × K`, and `dW_hh`) on `THREADS` threads, as the backward
 //!   splits them (Note [Weight gradients by rows]); `fresh` writes them into a new buffer
@@ -41,6 +45,8 @@ enum Part {
         projection: Projection,
         block: usize,
         threads: usize,
+        /// Through the packed kernel at this level, not the `gemm` crate.
+        packed: Option<SimdLevel>,
     },
     WeightGrads {
         grads: WeightGrads,
@@ -87,7 +93,14 @@ impl Part {
             "projection" => Part::Projection {
                 projection: Projection::new(number(1), number(2), number(3)),
                 block: number(4),
+                threads: 1,
+                packed: Some(level),
+            },
+            "gemm" => Part::Projection {
+                projection: Projection::new(number(1), number(2), number(3)),
+                block: number(4),
                 threads: number(5),
+                packed: None,
             },
             "wgrad" => Part::WeightGrads {
                 grads: WeightGrads::new(number(1), number(2), number(3)),
@@ -99,7 +112,7 @@ impl Part {
                 },
             },
             other => {
-                panic!("expected a part product, cells, projection or wgrad, got {other}")
+                panic!("expected a part product, cells, projection, gemm or wgrad, got {other}")
             }
         }
     }
@@ -112,7 +125,14 @@ impl Part {
                 projection,
                 block,
                 threads,
-            } => projection.run(*block, *threads),
+                packed: None,
+            } => projection.run_gemm(*block, *threads),
+            Part::Projection {
+                projection,
+                block,
+                packed: Some(level),
+                ..
+            } => projection.run(*level, *block),
             Part::WeightGrads {
                 grads,
                 threads,

@@ -493,6 +493,53 @@ fn forward_with_the_projection_beside_the_scan_matches_the_plain_implementation(
     }
 }
 
+/// A batch of one projected ahead as one block (30 steps): the projection's rows split
+/// over the threads of the pool (the core's Note [Projection through the packed kernel]),
+/// 30 rows in shares of whole tiles with a shorter last one (18 and 12 rows on 2 threads;
+/// 12, 12 and 6 on 3), the product large enough to split (`I = 40`, `G·H` = 192 or 144).
+/// LSTM and GRU, two layers, against the plain implementation; and the outputs and the
+/// training reserve against one thread's, bit for bit at every SIMD level.
+#[test]
+fn a_projection_split_over_threads_matches_one_thread() {
+    let pool = |threads| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a pool")
+    };
+    let single = pool(1);
+    for mode in [RnnMode::Lstm, RnnMode::Gru] {
+        let spec = RnnSpec {
+            num_layers: 2,
+            ..RnnSpec::new(mode, 40, 48)
+        };
+        let desc = RnnDescriptor::new(spec, 30, 1, false, None, DropoutSpec::NONE);
+        let d = convert(&data(&desc), |v| v);
+        let run = |pool: &rayon::ThreadPool| {
+            pool.install(|| {
+                with_input_projection(InputProjection::Ahead, || {
+                    let (out, _) =
+                        cpu::forward(&desc, &inputs(&desc, &d), None::<&()>, false, false);
+                    let (_, reserve) =
+                        cpu::forward(&desc, &inputs(&desc, &d), None::<&()>, true, false);
+                    (out.y, out.h_n, written(&desc, reserve.expect("a reserve")))
+                })
+            })
+        };
+        for threads in [2, 3] {
+            let pool = pool(threads);
+            pool.install(|| check_forward(&desc));
+            with_levels(|level: SimdLevel| {
+                assert_eq!(
+                    run(&pool),
+                    run(&single),
+                    "{mode:?} {level:?}: {threads} threads against 1"
+                );
+            });
+        }
+    }
+}
+
 /// A training forward's reserve, cut to the layout's length, NaN read as zero. The forward
 /// does not write the gate rows of padded steps (the backward zeroes them before reading:
 /// Note [Reserve reuse]); a reserve reused from another test's call holds NaN there (debug

@@ -10,9 +10,10 @@
 //! new `h`, the output row, and when training the reserve's gate row. Nothing of size
 //! `[T·B, G·H]` exists: the input is projected step by step inside the same product, so
 //! inference keeps no buffer that grows with `T`, and a training forward writes only what
-//! the reserve keeps. With one or two rows per thread the input is projected ahead instead,
-//! a block of steps per GEMM, and the pass runs over `h_{t-1}` alone (Note [Input
-//! projection] in `super::projection`).
+//! the reserve keeps. With few rows per thread the input is projected ahead instead, a
+//! block of steps at a time through the same kernel, and the pass runs over `h_{t-1}` alone
+//! (Notes [Input projection] and [Projection through the packed kernel] in
+//! `super::projection`).
 //!
 //! - **Threads**: every sequence's recurrence is its own, so the batch splits into one
 //!   contiguous part per thread and each thread runs the WHOLE scan of its part (every
@@ -36,8 +37,8 @@ use super::aligned::Aligned;
 use super::cell;
 use super::float::Float;
 use super::gemm::{gemm, Mat, MatMut};
-use super::packed::{tile_rows, Lane, Packed, SLOTS};
-use super::plan::{dropped, state_of, CellWeights, Inputs, Plan, ReserveLayout};
+use super::packed::{tile_rows, Lane, Packed, ProjectRows, MAX_ROWS, SLOTS};
+use super::plan::{dropped, state_of, CellWeights, Inputs, PackedScan, Plan, ReserveLayout};
 use super::projection::{self, CacheSizes, InputProjection};
 use super::recycle::{self, Kept, Scratch};
 use super::schedule::{direction_threads, gemm_threads, per_direction, scan_threads};
@@ -150,7 +151,7 @@ struct Direction<'a, T> {
     c0: Option<&'a [T]>,
     threads: usize,
     /// The weights packed by the caller, if it has them.
-    packed: Option<&'a Packed<T>>,
+    packed: Option<&'a PackedScan<T>>,
 }
 
 /// What a scan of some rows of the batch carries from step to step, and its per-step
@@ -191,6 +192,9 @@ struct Shared<'a, T> {
     packed: &'a Packed<T>,
     /// Whether the input is projected ahead (Note [Input projection]).
     ahead: bool,
+    /// `W_ih` packed for the projection ahead (Note [Projection through the packed
+    /// kernel] in `super::projection`).
+    w_ih: Option<&'a Packed<T>>,
     cache: CacheSizes,
     /// Threads of each part's GEMMs.
     gemm_threads: usize,
@@ -215,9 +219,9 @@ struct Projected<T> {
     /// The block's first (smallest) step.
     first: usize,
     gh: usize,
-    /// The block's input rows gathered in the order of `rows`, where they are not already
-    /// (empty where they always are).
-    gathered: Scratch<T>,
+    /// The block's input rows laid out for the packed kernel, and its tiles' scratch, for
+    /// each thread of the projection (`Packed::lhs_len`).
+    lhs: Scratch<T>,
 }
 
 impl<T> Default for Projected<T> {
@@ -226,23 +230,25 @@ impl<T> Default for Projected<T> {
             rows: Scratch::default(),
             first: 0,
             gh: 0,
-            gathered: Scratch::default(),
+            lhs: Scratch::default(),
         }
     }
 }
 
 impl<T: Lane + Kept> Projected<T> {
-    /// Buffers for blocks of at most `steps` steps of `nb` rows (Note [Projection
-    /// buffers]); `gather` when the input rows are not consecutive in place.
-    fn for_blocks(steps: usize, nb: usize, gh: usize, in_size: usize, gather: bool) -> Self {
+    /// Buffers for blocks of at most `steps` steps of `nb` rows projected by `w_ih` on
+    /// at most `threads` threads (Note [Projection buffers]).
+    fn for_blocks(steps: usize, nb: usize, w_ih: &Packed<T>, threads: usize) -> Self {
+        let rows = steps * nb;
         Self {
-            rows: Scratch::new(steps * nb * gh),
+            rows: Scratch::new(rows * w_ih.n),
             first: 0,
-            gh,
-            gathered: match gather {
-                true => Scratch::new(steps * nb * in_size),
-                false => Scratch::default(),
-            },
+            gh: w_ih.n,
+            lhs: Scratch::new(
+                row_splits(rows, threads)
+                    .map(|r| w_ih.lhs_len(r.len()))
+                    .sum(),
+            ),
         }
     }
 }
@@ -271,23 +277,22 @@ impl<T: Lane + Kept> Direction<'_, T> {
         let (chunk, projection) = scan_shape(plan, self.in_size, skip, size_of::<T>());
         let ahead = projection == InputProjection::Ahead;
         let owned;
-        let packed = match self.packed {
+        let PackedScan {
+            scan: packed,
+            input: w_ih,
+        } = match self.packed {
             Some(packed) => {
                 // The cache packs for the same choice (its key holds it).
                 assert_eq!(
-                    packed.ka == 0,
-                    ahead || skip,
-                    "packed weights: expected W_ih packed exactly when the input is not projected ahead"
+                    (packed.scan.ka == 0, packed.input.is_some()),
+                    (ahead || skip, ahead),
+                    "packed weights: expected W_ih in the scan's weights exactly when the \
+                     input is not projected ahead, and packed apart exactly when it is"
                 );
                 packed
             }
             None => {
-                let w_ih = match ahead {
-                    true => None,
-                    false => self.w.w_ih.map(|w| (w, self.in_size)),
-                };
-                owned =
-                    Packed::gates(plan.level, w_ih, self.w.w_hh, plan.g, h, p).blocked(plan.chunks);
+                owned = plan.pack_scan(&self.w, self.in_size, ahead);
                 &owned
             }
         };
@@ -323,6 +328,7 @@ impl<T: Lane + Kept> Direction<'_, T> {
             b_hn: &b_hn,
             packed,
             ahead,
+            w_ih: w_ih.as_ref(),
             cache: CacheSizes::detected(),
             gemm_threads: if jobs.len() > 1 { 1 } else { self.threads },
         };
@@ -410,9 +416,9 @@ impl<T: Lane + Kept> Direction<'_, T> {
             false => steps.chunks(block).collect(),
         };
         let longest = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
-        let buffers = || match shared.ahead {
-            true => Projected::for_blocks(longest, nb, gh, self.in_size, self.gathers(nb)),
-            false => Projected::default(),
+        let buffers = || match shared.w_ih {
+            Some(w_ih) => Projected::for_blocks(longest, nb, w_ih, shared.gemm_threads),
+            None => Projected::default(),
         };
         let mut projected = buffers();
         let mut steps_of = |block: &[usize], shared: &Shared<'_, T>, xw: Option<&Projected<T>>| {
@@ -467,15 +473,11 @@ impl<T: Lane + Kept> Direction<'_, T> {
         (scan.state.to_vec(), scan.cell.map(|c| c.to_vec()))
     }
 
-    /// Whether [`Direction::project`] gathers the input rows of a part of `nb` rows: unless
-    /// they lie in place as one matrix (time-major, the whole batch).
-    fn gathers(&self, nb: usize) -> bool {
-        self.plan.desc.batch_first || nb != self.plan.b
-    }
-
     /// Projects the input rows `b0..b0 + nb` of the steps `block` (consecutive, in either
     /// order) ahead (Note [Input projection]): `projected.rows[(t - first)·nb + j]` =
-    /// `x_t[b0 + j] · W_ih^T` + the folded biases, in one GEMM.
+    /// `x_t[b0 + j] · W_ih^T` + the folded biases, through the packed kernel (Note
+    /// [Projection through the packed kernel] in `super::projection`), its rows split over
+    /// `threads` threads where the product is large enough.
     fn project(
         &self,
         block: &[usize],
@@ -485,48 +487,52 @@ impl<T: Lane + Kept> Direction<'_, T> {
         projected: &mut Projected<T>,
     ) {
         let plan = self.plan;
-        let (gh, in_size) = (plan.gh(), self.in_size);
-        let w_ih = self.w.w_ih.expect("projected ahead only with W_ih");
+        let in_size = self.in_size;
+        let w_ih = shared.w_ih.expect("projected ahead only with W_ih packed");
+        let gh = w_ih.n;
         let first = block.iter().copied().min().unwrap_or(0);
-        let steps = block.len();
-        let rows = steps * nb;
+        let rows = block.len() * nb;
         projected.first = first;
         projected.gh = gh;
-        // Every element of the block's rows is written below (the biases, then the
-        // product added).
+        let threads = gemm_threads(threads, rows, gh, in_size);
+        // Every element of the block's rows is written by the product's epilogue.
         assert!(
             projected.rows.len() >= rows * gh,
             "projection buffer: expected at least {} elements, got {}",
             rows * gh,
             projected.rows.len()
         );
-        for row in projected.rows[..rows * gh].chunks_exact_mut(gh) {
-            row.copy_from_slice(shared.bias);
+        let mut jobs = Vec::with_capacity(threads);
+        let (mut out, mut lhs) = (&mut projected.rows[..rows * gh], &mut projected.lhs[..]);
+        for split in row_splits(rows, threads) {
+            let (o, rest) = core::mem::take(&mut out).split_at_mut(split.len() * gh);
+            let (l, more) = core::mem::take(&mut lhs).split_at_mut(w_ih.lhs_len(split.len()));
+            (out, lhs) = (rest, more);
+            jobs.push((split, o, l));
         }
-        // The block's input rows as one matrix `[(t - first)·nb + j, in]`: in place when
-        // they are consecutive (time-major, the whole batch), else gathered.
-        let lhs: &[T] = if !self.gathers(nb) {
-            &self.input[first * nb * in_size..(first + steps) * nb * in_size]
-        } else {
-            let mut gathered =
-                projected.gathered[..rows * in_size].chunks_exact_mut(in_size.max(1));
-            for t in first..first + steps {
-                for b in b0..b0 + nb {
-                    let row = plan.row(t, b);
-                    if let Some(to) = gathered.next() {
-                        to.copy_from_slice(&self.input[row * in_size..(row + 1) * in_size]);
-                    }
-                }
-            }
-            &projected.gathered[..rows * in_size]
+        let input = self.input;
+        let project = |(split, out, lhs): (core::ops::Range<usize>, &mut [T], &mut [T])| {
+            let start = split.start;
+            dispatch(
+                plan.level,
+                ProjectRows {
+                    packed: w_ih,
+                    rows: split.len(),
+                    row: |r: usize| {
+                        let (t, j) = ((start + r) / nb, (start + r) % nb);
+                        let row = plan.row(first + t, b0 + j);
+                        &input[row * in_size..(row + 1) * in_size]
+                    },
+                    bias: shared.bias,
+                    lhs,
+                    out,
+                },
+            )
         };
-        gemm(
-            MatMut::rows(&mut projected.rows[..rows * gh], rows, gh, gh),
-            true,
-            Mat::rows(lhs, rows, in_size, in_size),
-            Mat::rows(w_ih, gh, in_size, in_size).t(),
-            gemm_threads(threads, rows, gh, in_size),
-        );
+        match jobs.len() {
+            1 => jobs.into_iter().for_each(project),
+            _ => jobs.into_par_iter().for_each(project),
+        }
     }
 
     /// One step of the rows `b0..b0 + nb` (Note [Fused step]): the pre-activations and the
@@ -785,6 +791,13 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
             },
         );
     }
+}
+
+/// `rows` rows in `threads` consecutive ranges of whole tiles of the widest level (the
+/// last ones shorter or empty where they run out): the rows of each thread of a projection.
+fn row_splits(rows: usize, threads: usize) -> impl Iterator<Item = core::ops::Range<usize>> {
+    let per = rows.div_ceil(threads.max(1)).div_ceil(MAX_ROWS) * MAX_ROWS;
+    (0..threads.max(1)).map(move |i| (i * per).min(rows)..((i + 1) * per).min(rows))
 }
 
 /// An emptied vector's allocation, for elements of another lifetime: a step's rows borrow

@@ -130,7 +130,7 @@ pub struct HostInputs<'a, T> {
 }
 
 impl<'a, T> HostInputs<'a, T> {
-    fn plan_inputs(&self, packed: Option<&'a [packed::Packed<T>]>) -> plan::Inputs<'a, T> {
+    fn plan_inputs(&self, packed: Option<&'a [plan::PackedScan<T>]>) -> plan::Inputs<'a, T> {
         plan::Inputs {
             x: self.x,
             h0: self.h0,
@@ -296,8 +296,9 @@ mod tests {
     /// An inference call whose packed weights come from the cache across calls runs the
     /// same scan as one that packs for itself (the same sums, so the same bits): with a
     /// batch of one the first layer and the later ones project their input ahead and the
-    /// cache packs `W_hh` alone; with a large batch, or `Fused` forced, it packs `[W_ih |
-    /// W_hh]`. Before 2026-11-27 a cached call always ran `Fused`.
+    /// cache packs `W_hh` alone for the steps and `W_ih` apart for the projection; with a
+    /// large batch, or `Fused` forced, it packs `[W_ih | W_hh]`. Before 2026-11-27 a cached
+    /// call always ran `Fused`.
     #[test]
     fn cached_packed_weights_follow_the_calls_input_projection() {
         use super::projection::{with_input_projection, InputProjection};
@@ -346,8 +347,16 @@ mod tests {
                     10
                 };
                 assert_eq!(
-                    p.ka, expected,
+                    p.scan.ka, expected,
                     "{case}: pseudo-layer {i}'s packed W_ih columns"
+                );
+                // W_ih packed apart for the projection: `I` (3, then 2·5) by 4·5 gates.
+                let apart = p.input.as_ref().map(|w| (w.kb, w.n));
+                let size = if i < 2 { 3 } else { 10 };
+                assert_eq!(
+                    apart,
+                    ahead.then_some((size, 20)),
+                    "{case}: pseudo-layer {i}'s W_ih packed for the projection"
                 );
             }
             assert_eq!(cached, alone, "{case}: cached and uncached calls");

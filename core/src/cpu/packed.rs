@@ -24,6 +24,9 @@
 //! The backward's product `dg · W_hh` (`[B, G·H] · [G·H, P]`) reads `W_hh` row by row, which
 //! is its natural order; it is packed the same way with the roles of rows and columns
 //! swapped (panels of `V·L` columns of `W_hh`, `V = 4`), which also pads `P` to whole vectors.
+//! The input projection ahead reads `W_ih` the same way, as plain columns of `W_ih^T`
+//! (`Packed::transposed`, Note [Projection through the packed kernel] in
+//! `super::projection`).
 //!
 //! The tile is `MR × V` vectors of accumulators, `MR` as large as the level's registers
 //! allow (AVX-512, 32 registers: `MR = 6` for `V = 4`, `8` for `V = 3`; AVX2, 16 registers:
@@ -208,6 +211,9 @@ pub(crate) struct Packed<T> {
     /// Whether each chunk's tiles ask for the next chunk's weights ahead (Note [Next chunk
     /// ahead]).
     pub(crate) prefetch: bool,
+    /// Whether a single-row tile sums its even and odd `k` apart (`segment`): not for the
+    /// input projection, whose rows must sum alike in whatever tile they land.
+    pairs: bool,
 }
 
 /// Which output each accumulator lane of a panel computes.
@@ -388,6 +394,7 @@ impl<T: Lane> Packed<T> {
             layout,
             k_chunk: usize::MAX,
             prefetch: false,
+            pairs: true,
         };
         packed.fill([Source::rows(w_in, ka), Source::rows(w_hh, p)]);
         packed
@@ -408,8 +415,31 @@ impl<T: Lane> Packed<T> {
             layout: PanelLayout::Columns,
             k_chunk: usize::MAX,
             prefetch: false,
+            pairs: true,
         };
         packed.fill([Source::rows(&[], 0), Source::columns(w, n)]);
+        packed
+    }
+
+    /// Packs `M` given as `M^T` (`w`, `[n, k]` row-major: the input weights `W_ih`,
+    /// `[G·H, I]`) for `rows · M^T`: plain columns, one segment (`b`, `k` long). The input
+    /// projection's weights (Note [Input projection] in `super::projection`).
+    pub(crate) fn transposed(level: SimdLevel, w: &[T], k: usize, n: usize) -> Self {
+        let lanes = lanes::<T>(level);
+        let mut packed = Self {
+            data: Scratch::default(),
+            level,
+            lanes,
+            ka: 0,
+            kb: k,
+            n,
+            panels: n.div_ceil(SLOTS * lanes),
+            layout: PanelLayout::Columns,
+            k_chunk: usize::MAX,
+            prefetch: false,
+            pairs: false,
+        };
+        packed.fill([Source::rows(&[], 0), Source::rows(w, k)]);
         packed
     }
 
@@ -600,12 +630,40 @@ impl<T: Lane> Packed<T> {
     ) where
         T: 'r,
     {
+        // Every element of the layout is written below; the tail is the tiles' scratch
+        // (`tiles`). Resizing keeps the old contents: nothing is zeroed twice per step.
+        lhs.resize(self.lhs_len(rows), T::ZERO);
+        self.lay_out_into::<S>(rows, row, lhs);
+    }
+
+    /// Elements of the left operand of `rows` rows laid out for [`Packed::tiles`],
+    /// followed by the tiles' scratch.
+    pub(crate) fn lhs_len(&self, rows: usize) -> usize {
+        rows * (self.ka + self.kb) + scratch_len(rows)
+    }
+
+    /// [`Packed::lay_out_rows`] into a buffer of exactly [`Packed::lhs_len`] elements.
+    ///
+    /// # Panics
+    ///
+    /// If a segment is too short, or `lhs` is not `lhs_len(rows)` long.
+    #[inline(always)]
+    pub(crate) fn lay_out_into<'r, S: Simd>(
+        &self,
+        rows: usize,
+        row: impl Fn(usize) -> (&'r [T], &'r [T]),
+        lhs: &mut [T],
+    ) where
+        T: 'r,
+    {
         let rows_max = Self::tile_rows::<S>();
         let (ka, kb) = (self.ka, self.kb);
         let k = ka + kb;
-        // Every element of the layout is written below; the tail is the tiles' scratch
-        // (`tiles`). Resizing keeps the old contents: nothing is zeroed twice per step.
-        lhs.resize(rows * k + scratch_len(rows), T::ZERO);
+        assert_eq!(
+            lhs.len(),
+            self.lhs_len(rows),
+            "rows laid out for this product"
+        );
         let mut first = 0;
         while first < rows {
             let mr = rows_max.min(rows - first);
@@ -649,6 +707,30 @@ impl<T: Lane> Packed<T> {
         simd: S,
         lhs: &mut [T],
         rows: usize,
+        epilogue: impl FnMut(usize, usize, usize, &[T]),
+    ) {
+        assert_eq!(
+            lhs.len(),
+            self.lhs_len(rows),
+            "rows laid out for this product"
+        );
+        let (lhs, scratch) = lhs.split_at_mut(rows * (self.ka + self.kb));
+        self.tiles_of::<S>(simd, lhs, scratch, rows, epilogue)
+    }
+
+    /// [`Packed::tiles`] with the rows laid out in `lhs` (exactly `rows` of them) and the
+    /// tiles' scratch apart (at least `scratch_len(rows)`).
+    ///
+    /// # Panics
+    ///
+    /// As [`Packed::tiles`], or if `scratch` is too short.
+    #[inline(always)]
+    pub(crate) fn tiles_of<S: Simd>(
+        &self,
+        simd: S,
+        lhs: &[T],
+        scratch: &mut [T],
+        rows: usize,
         mut epilogue: impl FnMut(usize, usize, usize, &[T]),
     ) {
         assert_eq!(
@@ -660,14 +742,10 @@ impl<T: Lane> Packed<T> {
         assert!(self.lanes <= MAX_LANES);
         let rows_max = Self::tile_rows::<S>();
         let (va, _) = self.vectors();
-        let (ka, kb) = (self.ka, self.kb);
+        let (ka, kb, pairs) = (self.ka, self.kb, self.pairs);
         let k = ka + kb;
-        assert_eq!(
-            lhs.len(),
-            rows * k + scratch_len(rows),
-            "rows laid out for this product"
-        );
-        let (lhs, scratch) = lhs.split_at_mut(rows * k);
+        assert_eq!(lhs.len(), rows * k, "rows laid out for this product");
+        assert!(scratch.len() >= scratch_len(rows), "the tiles' scratch");
         let panel_len = self.panel_len();
         let split = ka * va * self.lanes;
         let width = SLOTS * self.lanes;
@@ -685,7 +763,7 @@ impl<T: Lane> Packed<T> {
                 let out = &mut scratch[..mr * width];
                 macro_rules! tile {
                     ($mr:literal, $v:literal, $split:literal) => {
-                        tile::<S, T, $mr, $v, $split>(simd, block, pa, pb, ka, kb, out)
+                        tile::<S, T, $mr, $v, $split>(simd, block, pa, pb, ka, kb, out, pairs)
                     };
                 }
                 match (va, mr) {
@@ -748,7 +826,7 @@ impl<T: Lane> Packed<T> {
     ) {
         let rows_max = Self::tile_rows::<S>();
         let (va, _) = self.vectors();
-        let (ka, kb) = (self.ka, self.kb);
+        let (ka, kb, pairs) = (self.ka, self.kb, self.pairs);
         let k = ka + kb;
         let panel_len = self.panel_len();
         let split = ka * va * self.lanes;
@@ -794,9 +872,13 @@ impl<T: Lane> Packed<T> {
                     macro_rules! chunk {
                         ($mr:literal, $v:literal, $split:literal) => {
                             if $split && in_b {
-                                chunk::<S, T, $mr, $v, true>(simd, block, panel, out, init, ahead)
+                                chunk::<S, T, $mr, $v, true>(
+                                    simd, block, panel, out, init, ahead, pairs,
+                                )
                             } else {
-                                chunk::<S, T, $mr, $v, false>(simd, block, panel, out, init, ahead)
+                                chunk::<S, T, $mr, $v, false>(
+                                    simd, block, panel, out, init, ahead, pairs,
+                                )
                             }
                         };
                     }
@@ -826,6 +908,86 @@ impl<T: Lane> Packed<T> {
         }
     }
 }
+
+/// `out[r] = bias + row(r) · M^T` for `rows` rows, `M` packed by [`Packed::transposed`]
+/// (`out` `[rows, n]` row-major): the input projection of a block of steps (Note [Input
+/// projection] in `super::projection`). `lhs` is [`Packed::lhs_len`]`(rows)` long: the
+/// rows laid out, then the tiles' scratch. Run it with `dispatch(packed.level, ..)`.
+pub(crate) struct ProjectRows<'a, T, F> {
+    pub(crate) packed: &'a Packed<T>,
+    pub(crate) rows: usize,
+    pub(crate) row: F,
+    pub(crate) bias: &'a [T],
+    pub(crate) lhs: &'a mut [T],
+    pub(crate) out: &'a mut [T],
+}
+
+impl<'a, T: Lane, F: Fn(usize) -> &'a [T]> pulp::WithSimd for ProjectRows<'a, T, F> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let Self {
+            packed,
+            rows,
+            row,
+            bias,
+            lhs,
+            out,
+        } = self;
+        let n = packed.n;
+        assert_eq!(
+            packed.layout,
+            PanelLayout::Columns,
+            "projected rows: expected weights packed as plain columns"
+        );
+        assert_eq!(
+            bias.len(),
+            n,
+            "projected rows: expected {n} biases, got {}",
+            bias.len()
+        );
+        assert_eq!(
+            out.len(),
+            rows * n,
+            "projected rows: expected {} outputs, got {}",
+            rows * n,
+            out.len()
+        );
+        packed.lay_out_into::<S>(rows, |r| (&[], row(r)), lhs);
+        let width = SLOTS * T::lanes::<S>();
+        let k = packed.kb;
+        let (lhs, scratch) = lhs.split_at_mut(rows * k);
+        let group = PROJECTED_TILES * Packed::<T>::tile_rows::<S>();
+        for g0 in (0..rows).step_by(group) {
+            let g = group.min(rows - g0);
+            let out = &mut out[g0 * n..(g0 + g) * n];
+            packed.tiles_of::<S>(
+                simd,
+                &lhs[g0 * k..(g0 + g) * k],
+                scratch,
+                g,
+                #[inline(always)]
+                |first, count, j, values| {
+                    let lo = j * width;
+                    let cols = width.min(n - lo);
+                    let bias = &bias[lo..lo + cols];
+                    let to = &mut out[first * n..(first + count) * n];
+                    for (i, to) in to.chunks_exact_mut(n).enumerate() {
+                        let sum = &values[i * width..i * width + cols];
+                        for ((o, &v), &b) in to[lo..lo + cols].iter_mut().zip(sum).zip(bias) {
+                            *o = v + b;
+                        }
+                    }
+                },
+            );
+        }
+    }
+}
+
+/// Tiles of rows per pass of [`ProjectRows`] over the packed weights (Note [Projection
+/// through the packed kernel] in `super::projection`).
+const PROJECTED_TILES: usize = 3;
 
 /// Bytes of a cache line, the unit [`Ahead`] asks for.
 const CACHE_LINE: usize = 64;
@@ -929,6 +1091,7 @@ fn chunk<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
     acc: &mut [T],
     init: bool,
     ahead: Ahead<'_, T>,
+    pairs: bool,
 ) {
     let out = T::vectors_mut::<S>(acc);
     let mut regs = [[T::splat(simd, T::ZERO); SLOTS]; MR];
@@ -940,7 +1103,8 @@ fn chunk<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
         }
     }
     let kc = panel.len() / V;
-    segment::<S, T, MR, V, SPLIT>(simd, &mut regs, &lhs[..kc * MR], &panel[..kc * V], ahead);
+    let (lhs, panel) = (&lhs[..kc * MR], &panel[..kc * V]);
+    segment::<S, T, MR, V, SPLIT>(simd, &mut regs, lhs, panel, ahead, pairs);
     for r in 0..MR {
         for s in 0..SLOTS {
             out[r * SLOTS + s] = regs[r][s];
@@ -951,7 +1115,8 @@ fn chunk<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
 /// The microkernel: a block of `MR` rows (`lhs`, `[ka + kb][MR]`) times one panel into
 /// `MR × 4` accumulators, segment `a` (`V` vectors per `k`, vector `v` into slot `v`) then
 /// segment `b` (the same, except that with `SPLIT` its vector 2 goes to slot 3: GRU's
-/// state part of `n`); then the accumulators to `out` (`[MR][4][L]`).
+/// state part of `n`); then the accumulators to `out` (`[MR][4][L]`). `pairs`: as
+/// [`segment`].
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn tile<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
@@ -962,11 +1127,13 @@ fn tile<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
     ka: usize,
     kb: usize,
     out: &mut [T],
+    pairs: bool,
 ) {
     let mut acc = [[T::splat(simd, T::ZERO); SLOTS]; MR];
     let (la, lb) = lhs[..(ka + kb) * MR].split_at(ka * MR);
-    segment::<S, T, MR, V, false>(simd, &mut acc, la, &pa[..ka * V], Ahead::NONE);
-    segment::<S, T, MR, V, SPLIT>(simd, &mut acc, lb, &pb[..kb * V], Ahead::NONE);
+    let (pa, pb) = (&pa[..ka * V], &pb[..kb * V]);
+    segment::<S, T, MR, V, false>(simd, &mut acc, la, pa, Ahead::NONE, pairs);
+    segment::<S, T, MR, V, SPLIT>(simd, &mut acc, lb, pb, Ahead::NONE, pairs);
     let out = T::vectors_mut::<S>(out);
     for r in 0..MR {
         for s in 0..SLOTS {
@@ -976,8 +1143,9 @@ fn tile<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>(
 }
 
 /// One segment of [`tile`]: `lhs` `[k][MR]`, `panel` `[k][V]` vectors. A single row
-/// (decoding, long sequences at batch 1) accumulates even and odd `k` apart, so that its
-/// four chains of dependent multiply-adds become eight.
+/// (decoding, long sequences at batch 1) accumulates even and odd `k` apart where `pairs`,
+/// so that its four chains of dependent multiply-adds become eight; without `pairs` it
+/// sums in the order every row of a taller tile does.
 ///
 /// Each `k` holds `MR × 4` accumulators in registers. Row by row (a broadcast, then its
 /// multiply-adds with the `V` panel vectors, loaded once) needs `V + 1` more registers;
@@ -994,10 +1162,11 @@ fn segment<S: Simd, T: Lane, const MR: usize, const V: usize, const SPLIT: bool>
     lhs: &[T],
     panel: &[T::V<S>],
     ahead: Ahead<'_, T>,
+    pairs: bool,
 ) {
     let slot = |v: usize| if SPLIT && v == 2 { 3 } else { v };
     let mut lines = ahead.lines;
-    let (lhs, panel) = if MR == 1 {
+    let (lhs, panel) = if MR == 1 && pairs {
         let mut odd = [T::splat(simd, T::ZERO); SLOTS];
         let pairs = lhs.len() / 2;
         for (x, w) in lhs[..2 * pairs]
@@ -1146,6 +1315,67 @@ mod tests {
                             seen[r * n + col] += 1;
                         });
                         assert!(seen.iter().all(|&c| c == 1));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The input projection through the packed kernel (`ProjectRows`), at every level,
+    /// with sizes that are not multiples of the lanes or the panels, row counts that leave
+    /// remainders of every kind in the passes of three tiles, and chunked reductions: every
+    /// output (pre-filled with NaN) equals the biases plus a naive product, and a row
+    /// projected alone has the same bits as the same row inside a taller call (the forward
+    /// projects a row in whichever block and thread it lands in, and its sums may not
+    /// depend on that: `Packed::pairs`).
+    #[test]
+    fn projected_rows_match_a_naive_product_and_sum_alike_in_any_tile() {
+        let project = |packed: &Packed<f64>, x: &[f64], k: usize, bias: &[f64]| {
+            let rows = x.len() / k;
+            let mut out = vec![f64::NAN; rows * packed.n];
+            let mut lhs = vec![f64::NAN; packed.lhs_len(rows)];
+            dispatch(
+                packed.level,
+                ProjectRows {
+                    packed,
+                    rows,
+                    row: |r: usize| &x[r * k..(r + 1) * k],
+                    bias,
+                    lhs: &mut lhs,
+                    out: &mut out,
+                },
+            );
+            out
+        };
+        for level in SimdLevel::available() {
+            for (k, n) in [(3, 5), (17, 70), (23, 129), (40, 64)] {
+                let w = values(n * k, 1.0);
+                let bias = values(n, 2.0);
+                for (k_chunk, ahead) in [(usize::MAX, false), (2, true), (5, false)] {
+                    let packed = Packed::transposed(level, &w, k, n)
+                        .with_k_chunk(k_chunk)
+                        .with_prefetch(ahead);
+                    for rows in [1, 2, 7, 13, 19, 40] {
+                        let x = values(rows * k, 3.0 + rows as f64);
+                        let out = project(&packed, &x, k, &bias);
+                        for r in 0..rows {
+                            for col in 0..n {
+                                let want = bias[col]
+                                    + (0..k).map(|i| x[r * k + i] * w[col * k + i]).sum::<f64>();
+                                let got = out[r * n + col];
+                                assert!(
+                                    (got - want).abs() < 1e-12,
+                                    "{level:?} k {k} n {n} chunk {k_chunk} rows {rows}: \
+                                     row {r} col {col}: {got} vs {want}"
+                                );
+                            }
+                            let alone = project(&packed, &x[r * k..(r + 1) * k], k, &bias);
+                            assert_eq!(
+                                alone[..],
+                                out[r * n..(r + 1) * n],
+                                "{level:?} k {k} n {n} chunk {k_chunk}: row {r} of {rows} alone"
+                            );
+                        }
                     }
                 }
             }

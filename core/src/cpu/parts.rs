@@ -21,7 +21,7 @@ use super::aligned::Aligned;
 use super::backward::{weight_gemms, WeightGemm};
 use super::cell;
 use super::gemm::{gemm, Mat, MatMut};
-use super::packed::{Packed, SLOTS};
+use super::packed::{Packed, ProjectRows, SLOTS};
 use super::projection::{forced_next_chunk_ahead, ForcedChunks};
 use super::simd::{dispatch, has_fma, SimdLevel};
 
@@ -256,9 +256,10 @@ impl WithSimd for CellsOnce<'_> {
     }
 }
 
-/// The input projection of `rows` rows as the kernel runs it ahead (Note [Input
-/// projection]): biases filled, then `x · W^T` added, `W` `[n, k]`; in blocks of
-/// `block_rows` rows (a block of steps), one GEMM per block on `threads` threads.
+/// The input projection of `rows` rows ahead (Note [Input projection]): `x · W^T` plus the
+/// biases, `W` `[n, k]`, in blocks of `block_rows` rows (a block of steps): as the kernel
+/// runs it ([`Projection::run`]: `W` packed once, each block through the packed kernel), or
+/// through the `gemm` crate as it did until 2026-12-06 ([`Projection::run_gemm`]).
 pub struct Projection {
     x: Vec<f32>,
     w: Vec<f32>,
@@ -284,8 +285,9 @@ impl Projection {
         }
     }
 
-    /// Every row projected, `block_rows` rows per GEMM, each GEMM on `threads` threads.
-    pub fn run(&mut self, block_rows: usize, threads: usize) {
+    /// Every row projected through the `gemm` crate, `block_rows` rows per GEMM (biases
+    /// filled, then the product added), each GEMM on `threads` threads.
+    pub fn run_gemm(&mut self, block_rows: usize, threads: usize) {
         let (k, n) = (self.k, self.n);
         check_sizes(
             "projection",
@@ -306,6 +308,36 @@ impl Projection {
                 Mat::rows(x, rows, k, k),
                 Mat::rows(&self.w, n, k, k).t(),
                 threads,
+            );
+        }
+    }
+
+    /// Every row projected as the kernel does (Note [Projection through the packed kernel]
+    /// in `super::projection`) on the calling thread: `W` packed once per run
+    /// ([`Packed::transposed`], chunked for this CPU), then `block_rows` rows at a time
+    /// through the packed kernel, at a SIMD level.
+    pub fn run(&mut self, level: SimdLevel, block_rows: usize) {
+        let (k, n) = (self.k, self.n);
+        check_sizes("projection", &[("block rows", block_rows)]);
+        let packed = Packed::transposed(level, &self.w, k, n).blocked(ForcedChunks::current());
+        let mut lhs = vec![0.0; packed.lhs_len(block_rows.min(self.rows))];
+        for (x, out) in self
+            .x
+            .chunks(block_rows * k)
+            .zip(self.out.chunks_mut(block_rows * n))
+        {
+            let rows = x.len() / k;
+            let len = packed.lhs_len(rows);
+            dispatch(
+                level,
+                ProjectRows {
+                    packed: &packed,
+                    rows,
+                    row: |r: usize| &x[r * k..(r + 1) * k],
+                    bias: &self.bias,
+                    lhs: &mut lhs[..len],
+                    out,
+                },
             );
         }
     }
@@ -485,13 +517,22 @@ mod tests {
         }
     }
 
-    /// The projection in blocks, on one and two threads, against a plain product.
+    /// The projection in blocks, through the packed kernel at every level and through the
+    /// `gemm` crate on one and two threads, against a plain product.
     #[test]
     fn projection_is_bias_plus_product() {
         let (rows, k, n) = (37, 11, 19);
-        for (block, threads) in [(5, 1), (37, 2), (8, 2)] {
+        let runs = SimdLevel::available()
+            .into_iter()
+            .flat_map(|level| [(5, None, Some(level)), (37, None, Some(level))])
+            .chain([(5, Some(1), None), (37, Some(2), None), (8, Some(2), None)]);
+        for (block, threads, level) in runs {
             let mut p = Projection::new(rows, k, n);
-            p.run(block, threads);
+            match (threads, level) {
+                (Some(threads), _) => p.run_gemm(block, threads),
+                (None, Some(level)) => p.run(level, block),
+                (None, None) => unreachable!("a way to run it"),
+            }
             for r in 0..rows {
                 for col in 0..n {
                     let want: f64 = f64::from(p.bias[col])

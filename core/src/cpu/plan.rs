@@ -167,21 +167,32 @@ impl<'d> Plan<'d> {
         }
     }
 
-    /// Packs `cw` for its scan at the plan's level: `[W_ih | W_hh]`, or `W_hh` alone when
-    /// the scan projects its input ahead (`ahead`, from `forward::scan_shape`) or has no
-    /// `W_ih` (skip input). The call that packs for itself and the cache across calls (Note
-    /// [Packed weights across calls] in `super::prepared`) both pack here.
+    /// Packs `cw` for its scan at the plan's level: `[W_ih | W_hh]`, or `W_hh` alone and
+    /// `W_ih` apart for the projection ahead when the scan projects its input ahead
+    /// (`ahead`, from `forward::scan_shape`), or `W_hh` alone without `W_ih` (skip input).
+    /// The call that packs for itself and the cache across calls (Note [Packed weights
+    /// across calls] in `super::prepared`) both pack here.
     pub(crate) fn pack_scan<T: Lane>(
         &self,
         cw: &CellWeights<'_, T>,
         in_size: usize,
         ahead: bool,
-    ) -> Packed<T> {
+    ) -> PackedScan<T> {
         let w_ih = match ahead {
             true => None,
             false => cw.w_ih.map(|m| (m, in_size)),
         };
-        Packed::gates(self.level, w_ih, cw.w_hh, self.g, self.h, self.p).blocked(self.chunks)
+        let input = match ahead {
+            true => cw.w_ih.map(|m| {
+                Packed::transposed(self.level, m, in_size, self.gh()).blocked(self.chunks)
+            }),
+            false => None,
+        };
+        PackedScan {
+            scan: Packed::gates(self.level, w_ih, cw.w_hh, self.g, self.h, self.p)
+                .blocked(self.chunks),
+            input,
+        }
     }
 
     /// The range of pseudo-layer (`layer`, `d`)'s tensors in the flat params (they are
@@ -307,7 +318,24 @@ pub(crate) struct Inputs<'a, T> {
     pub(crate) w: &'a [T],
     /// Each pseudo-layer's weights already packed (Note [Packed weights across calls] in
     /// `super::prepared`); packed per call when `None`.
-    pub(crate) packed: Option<&'a [Packed<T>]>,
+    pub(crate) packed: Option<&'a [PackedScan<T>]>,
+}
+
+/// A pseudo-layer's weights packed for its scan ([`Plan::pack_scan`]).
+#[derive(Debug, Clone)]
+pub(crate) struct PackedScan<T> {
+    /// What the step products read: `[W_ih | W_hh]`, or `W_hh` alone.
+    pub(crate) scan: Packed<T>,
+    /// `W_ih` for the projection ahead (Note [Input projection] in `super::projection`),
+    /// where the scan projects its input ahead.
+    pub(crate) input: Option<Packed<T>>,
+}
+
+impl<T: Lane> PackedScan<T> {
+    /// Bytes of the packed elements.
+    pub(crate) fn bytes(&self) -> usize {
+        self.scan.bytes() + self.input.as_ref().map_or(0, Packed::bytes)
+    }
 }
 
 /// Applies layer `layer`'s dropout mask to its input (Note [Dropout masks] in

@@ -11,9 +11,10 @@
 //! in a small process-wide cache and reuse them while the same weights come back:
 //!
 //! - **What**: each pseudo-layer's weights packed for the scan the call will run: `[W_ih |
-//!   W_hh]`, or `W_hh` alone when the call projects that layer's input ahead (a batch of
-//!   one or two rows per thread: Note [Input projection] in `super::projection`). The call
-//!   and the cache make that choice with the same function (`forward::scan_shape`).
+//!   W_hh]`, or `W_hh` alone and `W_ih` apart for the projection when the call projects
+//!   that layer's input ahead (few rows per thread: Notes [Input projection] and
+//!   [Projection through the packed kernel] in `super::projection`). The call and the cache
+//!   make that choice with the same function (`forward::scan_shape`).
 //! - **Key**: the address and length of the weights' elements (borrowed from the backend's
 //!   tensor, never a copy), the element type, the SIMD level, the network, a forced
 //!   reduction chunk, and the choice above (first layer, later layers).
@@ -42,8 +43,8 @@ use std::any::{Any, TypeId};
 use std::sync::{Arc, Mutex};
 
 use super::forward::scan_shape;
-use super::packed::{Lane, Packed};
-use super::plan::Plan;
+use super::packed::Lane;
+use super::plan::{PackedScan, Plan};
 use super::projection::{ForcedChunks, InputProjection};
 use super::simd::SimdLevel;
 use crate::spec::RnnSpec;
@@ -74,7 +75,7 @@ struct Entry {
     key: Key,
     /// A clone of the weights tensor: keeps their buffer alive and unchanged.
     _weights: Box<dyn Any + Send + Sync>,
-    /// `Arc<Vec<Packed<T>>>`, one per pseudo-layer.
+    /// `Arc<Vec<PackedScan<T>>>`, one per pseudo-layer.
     packed: Arc<dyn Any + Send + Sync>,
     /// Bytes of the packed weights.
     bytes: usize,
@@ -84,7 +85,7 @@ struct Entry {
 static CACHE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
 /// Whether the call `plan` projects the input of `layer` ahead (Note [Input projection] in
-/// `super::projection`), which packs `W_hh` alone.
+/// `super::projection`), which packs `W_hh` alone and `W_ih` apart.
 fn ahead<T>(plan: &Plan<'_>, w: &[T], layer: usize) -> bool {
     let skip = plan.weights(w, layer, 0).w_ih.is_none();
     let in_size = plan.spec.layer_input_size(layer);
@@ -93,7 +94,7 @@ fn ahead<T>(plan: &Plan<'_>, w: &[T], layer: usize) -> bool {
 
 /// Every pseudo-layer's weights packed at the plan's level for what its scan reads:
 /// `[W_ih | W_hh]`, or `W_hh` alone when the call projects that layer's input ahead.
-pub(crate) fn pack_all<T: Lane>(plan: &Plan<'_>, w: &[T]) -> Vec<Packed<T>> {
+pub(crate) fn pack_all<T: Lane>(plan: &Plan<'_>, w: &[T]) -> Vec<PackedScan<T>> {
     let spec = &plan.spec;
     (0..spec.num_pseudo_layers())
         .map(|idx| {
@@ -110,7 +111,7 @@ pub(crate) fn packed_for_call<T: Lane, W: Clone + Send + Sync + 'static>(
     plan: &Plan<'_>,
     w: &[T],
     tensor: &W,
-) -> Arc<Vec<Packed<T>>> {
+) -> Arc<Vec<PackedScan<T>>> {
     let key = Key {
         address: w.as_ptr() as usize,
         len: w.len(),
@@ -123,11 +124,11 @@ pub(crate) fn packed_for_call<T: Lane, W: Clone + Send + Sync + 'static>(
             plan.spec.num_layers > 1 && ahead(plan, w, 1),
         ],
     };
-    let hit = |cache: &mut Vec<Entry>| -> Option<Arc<Vec<Packed<T>>>> {
+    let hit = |cache: &mut Vec<Entry>| -> Option<Arc<Vec<PackedScan<T>>>> {
         let pos = cache.iter().position(|e| e.key == key)?;
         let entry = cache.remove(pos);
         let packed = Arc::clone(&entry.packed)
-            .downcast::<Vec<Packed<T>>>()
+            .downcast::<Vec<PackedScan<T>>>()
             .expect("the key holds the element type");
         cache.push(entry);
         Some(packed)
@@ -143,7 +144,7 @@ pub(crate) fn packed_for_call<T: Lane, W: Clone + Send + Sync + 'static>(
     if let Some(theirs) = hit(&mut cache) {
         return theirs; // another call packed the same weights meanwhile
     }
-    let bytes = packed.iter().map(Packed::bytes).sum();
+    let bytes = packed.iter().map(PackedScan::bytes).sum();
     cache.push(Entry {
         key,
         _weights: Box::new(tensor.clone()),

@@ -15,8 +15,9 @@
 //!   a core's L2 holds at the sizes where the step's time counts (LSTM H256, I = H: 2 MiB),
 //!   so every step reads them from L3.
 //! - **Ahead**: the input part does not depend on the recurrence, so the rows of a block of
-//!   steps are projected at once, `[steps·B, I] · [I, G·H]` (plus the folded biases), by the
-//!   `gemm` crate, which runs a product that tall near the core's peak; then each step runs
+//!   steps are projected at once, `[steps·B, I] · [I, G·H]` (plus the folded biases), a
+//!   product tall enough to run near the core's peak (Note [Projection through the packed
+//!   kernel]); then each step runs
 //!   the packed kernel over `h_{t-1}` alone against the packed `W_hh` (`P · G·H`, half the
 //!   weights at I = H) and the cell adds the step's projected row where it would add the
 //!   bias. This is what cuDNN, oneDNN and ONNX Runtime do. It costs a buffer of
@@ -61,10 +62,11 @@
 //! 0.92–0.93× the time with 32-step blocks against the 16 the L2 holds). A one-step call
 //! (decoding) always runs `Fused` (no block of steps to project), and so does skip input
 //! (no `W_ih`). An inference call whose packed weights come from the cache across calls
-//! makes the same choice: the cache packs `W_hh` alone for a layer projected ahead (Note
-//! [Packed weights across calls] in `super::prepared`). Until 2026-11-27 it always packed `[W_ih | W_hh]`, which forced
-//! every inference call through a front-end onto `Fused`: the LSTM H32 B1 T10000 forward
-//! through Flex took 2.77 ms against 2.33 for the kernel alone.
+//! makes the same choice: the cache packs `W_hh` alone (and `W_ih` apart) for a layer
+//! projected ahead (Note [Packed weights across calls] in `super::prepared`). Until
+//! 2026-11-27 it always packed `[W_ih | W_hh]`, which forced every inference call through a
+//! front-end onto `Fused`: the LSTM H32 B1 T10000 forward through Flex took 2.77 ms against
+//! 2.33 for the kernel alone.
 //!
 //! # Note [Projection beside the scan]
 //!
@@ -82,6 +84,35 @@
 //! before); the B = 1 training steps were faster at the median in every sitting that
 //! timed them. The tests force small blocks (`with_projection_block`) so that a short
 //! sequence runs several of them.
+//!
+//! # Note [Projection through the packed kernel]
+//!
+//! The projection ahead runs through the step's own kernel (`super::packed`), not a general
+//! GEMM: `W_ih` is packed once per call as plain columns (`Packed::transposed`, kept across
+//! inference calls with `W_hh`: Note [Packed weights across calls] in `super::prepared`),
+//! and each block's rows are laid out and multiplied three tiles at a time (`ProjectRows`:
+//! 18 rows at AVX-512, whose slice of each panel chunk stays in L1 beside the chunk, as a
+//! step's rows do; all of a block's rows per panel, as the step product runs its few rows,
+//! read them back from the L2 for every panel and ran at 0.8× the rate), each tile's
+//! epilogue adding the biases. Until 2026-12-06 each block was one GEMM of the `gemm`
+//! crate, which packed all of `W_ih` again for every block and took a fresh packing buffer
+//! from the allocator on every call: on an Intel Xeon (Granite Rapids class) the LSTM H256
+//! B32 T50 forward on two threads page-faulted 500–960 times per call, against under 100
+//! with this path. The projection's rate alone is about the same (`kernel_parts`, one core,
+//! 800 rows in blocks of 512: 106–135 GFLOP/s either way; the `gemm` crate is ahead where
+//! `W_ih` outgrows the L2, 136–138 against 124–128 at H512); the call's time is not: the
+//! kernel alone in alternated processes (docs/BENCHMARKS.md, "the input projection through
+//! the packed kernel") took 0.85–0.87× the time at LSTM H256 B32, 0.86–0.88× at B1, 0.94×
+//! at B16, 0.86–0.89× at GRU B1 and 0.96× at GRU B32, where the input is projected ahead,
+//! and 1.02× at LSTM H512 B32; rows that run `Fused` are unchanged, training steps level to
+//! 5% slower.
+//!
+//! A row must sum the same wherever it lands, whatever the block and the thread (the
+//! forward's results do not depend on the number of threads): so the projection's tiles of
+//! a single row sum in the order of a taller tile's rows (`Packed::pairs`), not even and
+//! odd `k` apart as a decoding step's single row does. A block's rows split over the
+//! threads a call has for it (`gemm_threads`: a batch in one part, the first block beside
+//! the scan) in shares of whole tiles (`row_splits` in `super::forward`).
 //!
 //! Both paths compute the same sums in a different order, so they agree to rounding; the
 //! tests force each one (`with_input_projection`) at every SIMD level, against the plain
@@ -385,20 +416,24 @@ pub(crate) fn few_rows(rows: usize, tile: usize) -> bool {
 }
 
 /// The fewest rows of a block projected ahead (Note [Input projection]) for a scan of
-/// `rows` rows per step at a tile of `tile` rows. [`CACHED_ROWS`] where the block's
-/// buffer should stay in the L2: beside the scan (`beside`, Note [Projection beside the
-/// scan]) the block's GEMM is off the scan's path, and a scan of few rows ([`few_rows`])
-/// waits on each read of its projected rows. [`TALL_ROWS`] otherwise: there the scan is
-/// bound by its multiply-adds, and each block's GEMM, on the scan's path, packs all of
-/// `W_ih` again. Measured on an Intel Xeon (Emerald Rapids class, 2 MiB L2, two threads of
-/// 16 rows each, kernel alone, paired rounds; docs/BENCHMARKS.md, "taller blocks"): at
-/// LSTM H512 B32 T50 (4 MiB of `W_ih`, 16 steps in the L2) blocks of 32 steps (512 rows)
-/// took 0.92–0.93× the time of 16 steps in three processes, the training forward
-/// 0.93–1.00×, forward and backward 0.97–0.98×; the GRU H512 B32 (21 steps in the L2)
-/// 0.97×, the LSTM H384 B32 (21) 0.99×; 64 steps (1024 rows) took 0.98–1.01× the time of
-/// 32 at H512, but 1.04× the time of 64 at LSTM H256 B16 T200 (8 rows per thread: 128
-/// steps against the 64 the L2 holds) and, for a scan of one row, 1.02–1.03× at B = 1 on
-/// one thread (1024 steps against 512), so the floor is 512 rows and few rows keep the L2.
+/// `rows` rows per step at a tile of `tile` rows. [`CACHED_ROWS`] where the block's buffer
+/// should stay in the L2: beside the scan (`beside`, Note [Projection beside the scan]) the
+/// block's projection is off the scan's path, and a scan of few rows ([`few_rows`]) waits
+/// on each read of its projected rows. [`TALL_ROWS`] otherwise: there the scan is bound by
+/// its multiply-adds, and each block's projection is on its path (when this was measured
+/// each block's GEMM packed all of `W_ih` again; with the packed kernel, Note [Projection
+/// through the packed kernel], at LSTM H256 B32 T50 on a Granite Rapids class Xeon, blocks
+/// of 8, 16 and 50 steps took 1.06×, 1.03× and 1.11× the time of the 32 this rule gives,
+/// and 1.07×, 1.02×, 1.04× at T200). Measured on an Intel Xeon (Emerald Rapids class, 2 MiB
+/// L2, two threads of 16 rows each, kernel alone, paired rounds; docs/BENCHMARKS.md,
+/// "taller blocks"): at LSTM H512 B32 T50 (4 MiB of `W_ih`, 16 steps in the L2) blocks of
+/// 32 steps (512 rows) took 0.92–0.93× the time of 16 steps in three processes, the
+/// training forward 0.93–1.00×, forward and backward 0.97–0.98×; the GRU H512 B32 (21 steps
+/// in the L2) 0.97×, the LSTM H384 B32 (21) 0.99×; 64 steps (1024 rows) took 0.98–1.01× the
+/// time of 32 at H512, but 1.04× the time of 64 at LSTM H256 B16 T200 (8 rows per thread:
+/// 128 steps against the 64 the L2 holds) and, for a scan of one row, 1.02–1.03× at B = 1
+/// on one thread (1024 steps against 512), so the floor is 512 rows and few rows keep the
+/// L2.
 pub(crate) fn block_rows(rows: usize, tile: usize, beside: bool) -> usize {
     match beside || few_rows(rows, tile) {
         true => CACHED_ROWS,

@@ -11,8 +11,10 @@
 //! ([`step_threads`]); the large
 //! GEMMs split inside the `gemm` crate ([`gemm_threads`]), except the backward's weight
 //! gradients, which split by destination rows, one share of each GEMM per thread (Note
-//! [Weight gradients by rows] in `super::backward`); element-wise passes over rows split
-//! like the steps ([`for_rows`]).
+//! [Weight gradients by rows] in `super::backward`), and the input projection ahead, whose
+//! rows split in shares of whole tiles (Note [Projection through the packed kernel] in
+//! `super::projection`); element-wise passes over rows split like the steps
+//! ([`for_rows`]).
 
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
