@@ -16,7 +16,10 @@
 //! The per-step products do not use it: a GEMM call packs its operands every time, and a
 //! step's `W_hh` would be packed as many times as there are steps (on AVX-512 that
 //! packing cost as much as the multiply-adds). They run on weights packed once per call
-//! (Note [Packed weights] in `super::packed`).
+//! (Note [Packed weights] in `super::packed`), and so, since 2026-12-06, does the input
+//! projected ahead in blocks of steps (Note [Projection through the packed kernel] in
+//! `super::projection`: each block's GEMM packed `W_ih` again, into a buffer allocated per
+//! call).
 
 use gemm::Parallelism;
 

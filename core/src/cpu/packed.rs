@@ -403,28 +403,19 @@ impl<T: Lane> Packed<T> {
     /// Packs `W` (`[k, n]` row-major) for `rows · W`: plain columns, one segment (`b`, `k`
     /// long).
     pub(crate) fn columns(level: SimdLevel, w: &[T], k: usize, n: usize) -> Self {
-        let lanes = lanes::<T>(level);
-        let mut packed = Self {
-            data: Scratch::default(),
-            level,
-            lanes,
-            ka: 0,
-            kb: k,
-            n,
-            panels: n.div_ceil(SLOTS * lanes),
-            layout: PanelLayout::Columns,
-            k_chunk: usize::MAX,
-            prefetch: false,
-            pairs: true,
-        };
-        packed.fill([Source::rows(&[], 0), Source::columns(w, n)]);
-        packed
+        Self::plain(level, k, n, Source::columns(w, n), true)
     }
 
     /// Packs `M` given as `M^T` (`w`, `[n, k]` row-major: the input weights `W_ih`,
     /// `[G·H, I]`) for `rows · M^T`: plain columns, one segment (`b`, `k` long). The input
-    /// projection's weights (Note [Input projection] in `super::projection`).
+    /// projection's weights (Note [Projection through the packed kernel] in
+    /// `super::projection`), whose single-row tiles sum as taller ones do (`pairs`).
     pub(crate) fn transposed(level: SimdLevel, w: &[T], k: usize, n: usize) -> Self {
+        Self::plain(level, k, n, Source::rows(w, k), false)
+    }
+
+    /// Plain columns of `M` (`[k, n]`) from `source`, one segment (`b`, `k` long).
+    fn plain(level: SimdLevel, k: usize, n: usize, source: Source<'_, T>, pairs: bool) -> Self {
         let lanes = lanes::<T>(level);
         let mut packed = Self {
             data: Scratch::default(),
@@ -437,9 +428,9 @@ impl<T: Lane> Packed<T> {
             layout: PanelLayout::Columns,
             k_chunk: usize::MAX,
             prefetch: false,
-            pairs: false,
+            pairs,
         };
-        packed.fill([Source::rows(&[], 0), Source::rows(w, k)]);
+        packed.fill([Source::rows(&[], 0), source]);
         packed
     }
 

@@ -4,16 +4,16 @@
 //! # Note [Parts alone]
 //!
 //! A step of the forward scan is a product over the packed weights (Note [Packed weights]
-//! in `super::packed`) and the cell update of its units (`super::cell`); where the input
-//! is projected ahead, each block of steps also runs one GEMM (Note [Input projection] in
-//! `super::projection`). Timed alone, each part's rate is the most the whole can reach on
-//! that machine: their sum, against the kernel's own time (`kernel_times`), says how much
-//! of a call is left between the parts (packing, layout, threads), and the product's rate
-//! against a BLAS's single-thread rate at the same shape says how much is left inside the
-//! tile. The parts here run the kernel's own code paths (`Packed::tiles`,
-//! `cell::lstm_forward`, the `gemm` crate through `super::gemm`, the backward's weight
-//! gradients) on made-up values; each keeps its output, which the tests below check
-//! against a plain product.
+//! in `super::packed`) and the cell update of its units (`super::cell`); where the input is
+//! projected ahead, each block of steps also runs its projection (Note [Projection through
+//! the packed kernel] in `super::projection`). Timed alone, each part's rate is the most
+//! the whole can reach on that machine: their sum, against the kernel's own time
+//! (`kernel_times`), says how much of a call is left between the parts (packing, layout,
+//! threads), and the product's rate against a BLAS's single-thread rate at the same shape
+//! says how much is left inside the tile. The parts here run the kernel's own code paths
+//! (`Packed::tiles`, `cell::lstm_forward`, `ProjectRows`, the backward's weight gradients,
+//! and for comparison the `gemm` crate through `super::gemm`) on made-up values; each keeps
+//! its output, which the tests below check against a plain product.
 
 use pulp::{Simd, WithSimd};
 

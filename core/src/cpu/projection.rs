@@ -1,8 +1,8 @@
 //! The kernel's blocking choices, from what the CPU reports and the call's sizes: where the
 //! forward computes a step's input projection `x_t · W_ih^T` (inside the step's product, or
-//! ahead of the steps, for a block of steps in one GEMM), how the step products chunk
-//! their reduction (Note [Reduction chunks] in `super::packed`), and whether they ask for
-//! each next chunk ahead (Note [Next chunk ahead] there). Each can be forced, per thread for
+//! ahead of the steps, a block of steps at a time), how the step products chunk their
+//! reduction (Note [Reduction chunks] in `super::packed`), and whether they ask for each
+//! next chunk ahead (Note [Next chunk ahead] there). Each can be forced, per thread for
 //! tests and per process for benchmarks.
 //!
 //! # Note [Input projection]
@@ -72,7 +72,7 @@
 //!
 //! With the input projected ahead and one part of the batch (a batch of one or two: Note
 //! [Fused step] in `super::forward`), the scan runs on one thread and the others would
-//! only help with the block's GEMM, a tenth of the time at B = 1, waking up for each
+//! only help with the block's projection, a tenth of the time at B = 1, waking up for each
 //! block. Instead, while one thread runs the steps of a block, another projects the next
 //! block (a `rayon::join` per block, into a second buffer that then swaps with the first),
 //! so the projection leaves the scan's path except for the first block, which is an
@@ -130,7 +130,7 @@ use super::simd::{env_setting, with_forced, SimdLevel};
 pub enum InputProjection {
     /// Inside each step's product, over `[x_t | h_{t-1}]`.
     Fused,
-    /// Ahead of the steps, for a block of steps in one GEMM.
+    /// Ahead of the steps, a block of steps at a time.
     Ahead,
 }
 
