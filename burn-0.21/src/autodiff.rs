@@ -160,7 +160,160 @@ impl<B: FusedRnnBackend> Backward<B, 4> for FusedRnnBackward {
     }
 }
 
+/// One link of the tracked concatenation of the flat weights (Note [Concatenation as a
+/// chain]): its parents are the previous link (none for the first) and part `part`.
+#[derive(Debug)]
+struct ConcatLink {
+    part: usize,
+    /// Whether this link's output is the flat vector (the other links' are tokens).
+    last: bool,
+}
+
+/// What the links of one concatenation share: the parts' shapes, and the parts' gradients
+/// once the last link has cut the flat gradient.
+#[derive(Debug)]
+struct ConcatState<B: Backend> {
+    shapes: Vec<Vec<usize>>,
+    grads: Mutex<Vec<Option<FloatTensor<B>>>>,
+}
+
+impl ConcatLink {
+    /// The backward step of a link: the last one cuts the flat gradient into the parts'
+    /// gradients ([`FusedRnnBackend::fused_rnn_split`]); every link hands its part its
+    /// gradient and the previous link a one-element zero.
+    fn step<B: FusedRnnBackend>(
+        &self,
+        state: &ConcatState<B>,
+        grad: FloatTensor<B>,
+        previous: Option<NodeId>,
+        part: Option<NodeId>,
+        grads: &mut Gradients,
+    ) {
+        let (device, dtype) = (B::float_device(&grad), grad.dtype());
+        let mut slots = state.grads.lock().expect("gradient slots");
+        if self.last {
+            *slots = B::fused_rnn_split(grad, &state.shapes)
+                .into_iter()
+                .map(Some)
+                .collect();
+        }
+        if let Some(part) = part {
+            let g = slots[self.part]
+                .take()
+                .expect("the last link cut every part's gradient");
+            grads.register::<B>(part, g);
+        }
+        if let Some(previous) = previous {
+            grads.register::<B>(previous, B::float_zeros([1].into(), &device, dtype.into()));
+        }
+    }
+}
+
+impl<B: FusedRnnBackend> Backward<B, 1> for ConcatLink {
+    type State = Arc<ConcatState<B>>;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 1>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let grad = grads.consume::<B>(&ops.node);
+        let [part] = ops.parents.map(|p| p.map(|p| p.id));
+        self.step::<B>(&ops.state, grad, None, part, grads);
+    }
+}
+
+impl<B: FusedRnnBackend> Backward<B, 2> for ConcatLink {
+    type State = Arc<ConcatState<B>>;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 2>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let grad = grads.consume::<B>(&ops.node);
+        let [previous, part] = ops.parents.map(|p| p.map(|p| p.id));
+        self.step::<B>(&ops.state, grad, previous, part, grads);
+    }
+}
+
+/// The flat weights from the parameters under `Autodiff`.
+///
+/// # Note [Concatenation as a chain]
+///
+/// Burn 0.21's `Backward<B, N>` has a fixed number of parents, and a network has 2 to 5
+/// canonical tensors per layer and direction. So the tracked concatenation is a chain of
+/// links, one per part: link `i`'s parents are link `i - 1` and part `i`, its output a
+/// one-element token, except the last link's, which is the flat vector that the inner
+/// backend built in one go ([`FusedRnnBackend::fused_rnn_concat`]). The last link is the
+/// deepest, so its backward step runs first: it cuts the flat gradient once into the
+/// parts' shapes ([`FusedRnnBackend::fused_rnn_split`]) and keeps them where every link
+/// finds its own (`ConcatState`); each link then hands its part its gradient and the
+/// previous link a token gradient, down to the first. A part that needs no gradient is no
+/// parent; a link all of whose parents need none is untracked, like any op.
+///
+/// The parameters are the links' parents as they are (no reshape node between), so no
+/// node of the chain is ever the only, unreferenced node of a graph while it is built
+/// (Note [Parts outlive the concatenation] in `crate::backend`): each link's token is held
+/// until the next link has registered it as a parent.
+fn concat_tracked<B: FusedRnnBackend, C: CheckpointStrategy>(
+    parts: Vec<FloatTensor<Autodiff<B, C>>>,
+) -> FloatTensor<Autodiff<B, C>> {
+    assert!(
+        !parts.is_empty(),
+        "expected at least one canonical tensor to concatenate, got none"
+    );
+    let shapes: Vec<Vec<usize>> = parts.iter().map(|p| p.shape().to_vec()).collect();
+    let flat = B::fused_rnn_concat(parts.iter().map(|p| p.primitive.clone()).collect());
+    let (device, dtype) = (B::float_device(&flat), flat.dtype());
+    let state = Arc::new(ConcatState {
+        shapes,
+        grads: Mutex::new(Vec::new()),
+    });
+    let count = parts.len();
+    let mut flat = Some(flat);
+    let mut previous: Option<FloatTensor<Autodiff<B, C>>> = None;
+    for (i, part) in parts.into_iter().enumerate() {
+        let last = i + 1 == count;
+        let output = match last {
+            true => flat.take().expect("one last link"),
+            false => B::float_zeros([1].into(), &device, dtype.into()),
+        };
+        let link = ConcatLink { part: i, last };
+        let next = match &previous {
+            None => match <ConcatLink as Backward<B, 1>>::prepare::<C>(link, [part.node.clone()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(state.clone(), output),
+                OpsKind::UnTracked(prep) => prep.finish(output),
+            },
+            Some(previous) => match <ConcatLink as Backward<B, 2>>::prepare::<C>(
+                link,
+                [previous.node.clone(), part.node.clone()],
+            )
+            .compute_bound()
+            .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(state.clone(), output),
+                OpsKind::UnTracked(prep) => prep.finish(output),
+            },
+        };
+        // The part and the previous token are dropped only now, after `next` has
+        // registered them as parents.
+        drop(part);
+        previous = Some(next);
+    }
+    previous.expect("at least one part")
+}
+
 impl<B: FusedRnnBackend, C: CheckpointStrategy> FusedRnnBackend for Autodiff<B, C> {
+    fn fused_rnn_concat(parts: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
+        concat_tracked::<B, C>(parts)
+    }
+
     fn fused_rnn_forward(desc: &RnnDescriptor, inputs: RnnInputs<Self>) -> RnnOutput<Self> {
         let x: Tensor<Self, 3> = float(inputs.x.clone());
         let (device, dtype) = (x.device(), x.dtype());

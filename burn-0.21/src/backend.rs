@@ -7,7 +7,7 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::DType;
+use burn::tensor::{DType, Shape, Slice, TensorMetadata};
 
 use crate::descriptor::{GradsWanted, RnnDescriptor};
 use crate::op_types::{RnnGrads, RnnInputs, RnnOutput, RnnOutputGrads, RnnReserve};
@@ -81,6 +81,100 @@ pub trait FusedRnnBackend: Backend {
         let _ = t;
         None
     }
+
+    /// The flat weight vector `[params_size]` that a call of [`FusedRnn`](crate::FusedRnn)
+    /// passes to the op: the canonical tensors `parts`, each in row-major order, one after
+    /// the other in the layout's order (Note [Flat weights from parts]).
+    ///
+    /// The default reshapes each part to 1-D and concatenates them with Burn's ops. The
+    /// native CPU backends copy each part once into one buffer; `Autodiff` tracks the
+    /// concatenation as one chain of nodes whose backward cuts the gradient with
+    /// [`fused_rnn_split`](FusedRnnBackend::fused_rnn_split).
+    fn fused_rnn_concat(parts: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
+        concat_parts::<Self>(parts)
+    }
+
+    /// The inverse of [`fused_rnn_concat`](FusedRnnBackend::fused_rnn_concat): `flat` cut
+    /// into tensors of `shapes`, in order. The default slices and reshapes with Burn's ops
+    /// (views on Flex); NdArray copies each part once out of the flat buffer.
+    fn fused_rnn_split(flat: FloatTensor<Self>, shapes: &[Vec<usize>]) -> Vec<FloatTensor<Self>> {
+        split_parts::<Self>(flat, shapes)
+    }
+}
+
+/// [`FusedRnnBackend::fused_rnn_concat`]'s default: each part reshaped to 1-D, then
+/// concatenated, on `B`'s primitives (no autodiff graph of its own).
+///
+/// # Note [Flat weights from parts]
+///
+/// The op reads its weights as one flat vector (Note [RNN weight layout]) while the module
+/// keeps one parameter per canonical tensor, so every call concatenates them (inference
+/// calls keep the result while the parameters are unchanged: Note [Flat weights across
+/// calls]). Under `Autodiff` through Burn's tensor API that was a tracked reshape per
+/// matrix and a tracked `cat`, whose backward slices the gradient and reshapes each slice
+/// back. On Burn 0.21's NdArray every reshape copies (`into_shared` of a borrowed view;
+/// burn-ndarray 0.22 no longer does), so a training step copied the weights three times
+/// forward and twice backward, each into a fresh allocation, on the calling thread while
+/// the kernel's threads waited. Now the backends build the vector from the parts' buffers
+/// (one copy), `Autodiff` records one link per part (Note [Concatenation as a chain] in
+/// `crate::autodiff`), and the backward cuts the flat gradient once into the parts'
+/// shapes: one copy per part on NdArray, views on Flex, whose slices and reshapes copy
+/// nothing. Measured on an Intel Xeon (Granite Rapids class, 2 threads; docs/BENCHMARKS.md,
+/// "the flat weights without Burn's concatenation"), a training step through Burn's
+/// concatenation took 1.10–1.16× the time of one through the chain on NdArray at H = I =
+/// 256, B = 32, T = 50 (LSTM; GRU 1.03–1.08×), and 1.00–1.01× on Flex.
+///
+/// # Note [Parts outlive the concatenation]
+///
+/// Under `Autodiff` (the public `FusedRnn::flat_weights` runs this on `Autodiff`'s
+/// primitives), each matrix's reshape is a node whose only parent is a parameter, so Burn
+/// 0.21 puts it in a graph of its own until the concatenation merges it into the
+/// concatenation's graph. `cat` drops its inputs before it registers its node; in that
+/// window the reshape's graph holds one unreferenced node, and another thread finishing a
+/// `backward` (which sweeps every graph for unreferenced roots, `cleanup_orphaned_entries`
+/// in burn-autodiff) may delete it: that parameter then gets no gradient, silently. It
+/// happens with Burn's ops alone (a reshape of a parameter, a `cat`, six threads: a
+/// gradient lost within a few hundred rounds). So the parts are kept alive until `cat` has
+/// returned; `tests/concurrency.rs` caught it.
+pub(crate) fn concat_parts<B: Backend>(parts: Vec<FloatTensor<B>>) -> FloatTensor<B> {
+    let flat: Vec<FloatTensor<B>> = parts
+        .into_iter()
+        .map(|p| {
+            let n = p.shape().num_elements();
+            B::float_reshape(p, Shape::new([n]))
+        })
+        .collect();
+    let keep = flat.clone();
+    let out = B::float_cat(flat, 0);
+    drop(keep);
+    out
+}
+
+/// [`FusedRnnBackend::fused_rnn_split`]'s default, on `B`'s primitives.
+///
+/// # Panics
+///
+/// If `shapes` do not add up to `flat`'s length, naming both.
+pub(crate) fn split_parts<B: Backend>(
+    flat: FloatTensor<B>,
+    shapes: &[Vec<usize>],
+) -> Vec<FloatTensor<B>> {
+    let total: usize = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
+    let len = flat.shape().num_elements();
+    assert_eq!(
+        total, len,
+        "expected flat weights of {total} elements for parts of shapes {shapes:?}, got {len}"
+    );
+    let mut at = 0;
+    shapes
+        .iter()
+        .map(|shape| {
+            let n: usize = shape.iter().product();
+            let part = B::float_slice(flat.clone(), &[Slice::from(at..at + n)]);
+            at += n;
+            B::float_reshape(part, Shape::from(shape.clone()))
+        })
+        .collect()
 }
 
 /// The four methods of `impl FusedRnnBackend` for a backend whose every call runs

@@ -272,8 +272,74 @@ fn backward_in<B: HostBackend, T: Host>(
     }
 }
 
-/// `impl FusedRnnBackend` for a host backend: the four methods through this kernel, and
-/// its buffers' identity (Note [Flat weights across calls] in the core crate's `memo`).
+/// `FusedRnnBackend::fused_rnn_concat` on a host backend: one copy of each part into one
+/// buffer (Note [Flat weights from parts] in `crate::backend`); parts that cannot be
+/// borrowed as one element type (mixed dtypes, half precision, a strided view) take the
+/// default path.
+pub(crate) fn concat<B: HostBackend>(parts: Vec<FloatTensor<B>>) -> FloatTensor<B> {
+    fn gather<B: HostBackend, T: Host>(parts: &[FloatTensor<B>]) -> Option<FloatTensor<B>> {
+        let first = parts.first()?;
+        let slices: Option<Vec<&[T]>> = parts.iter().map(T::borrow::<B>).collect();
+        let slices = slices?;
+        let mut flat = Vec::with_capacity(slices.iter().map(|s| s.len()).sum());
+        for s in slices {
+            flat.extend_from_slice(s);
+        }
+        let len = flat.len();
+        Some(tensor::<B, T>(
+            flat,
+            &[len],
+            T::dtype(),
+            &B::float_device(first),
+        ))
+    }
+    match gather::<B, f32>(&parts).or_else(|| gather::<B, f64>(&parts)) {
+        Some(flat) => flat,
+        None => crate::backend::concat_parts::<B>(parts),
+    }
+}
+
+/// `FusedRnnBackend::fused_rnn_split` on NdArray: one copy of each part out of the flat
+/// buffer, where the default's reshape copies each slice once more (Note [Flat weights from
+/// parts] in `crate::backend`); a flat tensor that cannot be borrowed takes the default
+/// path. Flex keeps the default: its slices and reshapes are views, no copy at all.
+pub(crate) fn split<B: HostBackend>(
+    flat: FloatTensor<B>,
+    shapes: &[Vec<usize>],
+) -> Vec<FloatTensor<B>> {
+    fn cut<B: HostBackend, T: Host>(
+        flat: &FloatTensor<B>,
+        shapes: &[Vec<usize>],
+    ) -> Option<Vec<FloatTensor<B>>> {
+        let values = T::borrow::<B>(flat)?;
+        let total: usize = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
+        if total != values.len() {
+            // The default path names the mismatch.
+            return None;
+        }
+        let device = B::float_device(flat);
+        let mut at = 0;
+        Some(
+            shapes
+                .iter()
+                .map(|shape| {
+                    let n: usize = shape.iter().product();
+                    let part = values[at..at + n].to_vec();
+                    at += n;
+                    tensor::<B, T>(part, shape, T::dtype(), &device)
+                })
+                .collect(),
+        )
+    }
+    match cut::<B, f32>(&flat, shapes).or_else(|| cut::<B, f64>(&flat, shapes)) {
+        Some(parts) => parts,
+        None => crate::backend::split_parts::<B>(flat, shapes),
+    }
+}
+
+/// `impl FusedRnnBackend` for a host backend: the four methods through this kernel, its
+/// buffers' identity (Note [Flat weights across calls] in the core crate's `memo`), and the
+/// flat weights built with one copy of each part.
 macro_rules! native_impl {
     () => {
         $crate::backend::implemented_by!(cpu);
@@ -282,6 +348,12 @@ macro_rules! native_impl {
             t: &burn::tensor::ops::FloatTensor<Self>,
         ) -> Option<(usize, usize)> {
             $crate::cpu::buffer_identity::<Self>(t)
+        }
+
+        fn fused_rnn_concat(
+            parts: Vec<burn::tensor::ops::FloatTensor<Self>>,
+        ) -> burn::tensor::ops::FloatTensor<Self> {
+            $crate::cpu::concat::<Self>(parts)
         }
     };
 }
@@ -321,6 +393,10 @@ mod ndarray_impl {
         NdArrayTensor: From<SharedArray<I>>,
     {
         native_impl!();
+
+        fn fused_rnn_split(flat: NdArrayTensor, shapes: &[Vec<usize>]) -> Vec<NdArrayTensor> {
+            super::split::<Self>(flat, shapes)
+        }
     }
 }
 

@@ -121,6 +121,13 @@ type FlatMemo<B> =
 type BufferIdentity<B> =
     fn(&<B as burn::tensor::backend::BackendTypes>::FloatTensorPrimitive) -> Option<(usize, usize)>;
 
+/// A float tensor primitive of `B`.
+type FloatPrimitive<B> = <B as burn::tensor::backend::BackendTypes>::FloatTensorPrimitive;
+
+/// How a call builds its flat weights from the canonical tensors (see
+/// `FusedRnnBackend::fused_rnn_concat`).
+type Concat<B> = fn(Vec<FloatPrimitive<B>>) -> FloatPrimitive<B>;
+
 impl FusedRnnConfig {
     /// Builds the module, weights initialized as described on
     /// [`FusedRnnConfig::initializer`].
@@ -314,17 +321,17 @@ fn build_cells<B: Backend>(
 }
 
 impl<B: Backend> RnnCell<B> {
-    /// The tensor of `kind`, flattened, with its shape; `None` when absent.
-    fn flat(&self, kind: ParamKind) -> Option<(Tensor<B, 1>, Vec<usize>)> {
+    /// The tensor of `kind` as stored, with its shape; `None` when absent.
+    fn canonical(&self, kind: ParamKind) -> Option<(FloatPrimitive<B>, Vec<usize>)> {
         let m = |p: &Param<Tensor<B, 2>>| {
             let t = p.val();
             let dims = t.dims().to_vec();
-            (t.reshape([dims[0] * dims[1]]), dims)
+            (t.into_primitive().tensor(), dims)
         };
         let b = |p: &Param<Tensor<B, 1>>| {
             let t = p.val();
             let dims = t.dims().to_vec();
-            (t, dims)
+            (t.into_primitive().tensor(), dims)
         };
         match kind {
             ParamKind::WeightIh => self.weight_ih.as_ref().map(m),
@@ -379,23 +386,28 @@ impl<B: Backend> FusedRnn<B> {
     /// If a parameter is missing, present where the layout has none, or of the wrong
     /// shape (possible only after an unchecked `load_record`), naming the tensor.
     pub fn flat_weights(&self) -> Tensor<B, 1> {
-        let parts = self.flat_parts();
-        // Note [Parts outlive the concatenation].
-        let keep = parts.clone();
-        let flat = Tensor::cat(parts, 0);
-        drop(keep);
-        flat
+        self.flat_weights_with(crate::backend::concat_parts::<B>)
     }
 
-    /// [`FusedRnn::flat_weights`], kept from the last call while every parameter is the
-    /// same buffer, on a backend that can name a buffer
+    /// The flat weights, the canonical tensors concatenated by `concat`.
+    fn flat_weights_with(&self, concat: Concat<B>) -> Tensor<B, 1> {
+        crate::op_types::float(concat(self.canonical_parts()))
+    }
+
+    /// The flat weights built by `concat` (`FusedRnnBackend::fused_rnn_concat` for the
+    /// op's calls: Note [Flat weights from parts] in `crate::backend`), kept from the last
+    /// call while every parameter is the same buffer, on a backend that can name a buffer
     /// (`FusedRnnBackend::fused_rnn_buffer_identity`: the native CPU backends; Note [Flat
     /// weights across calls] in the core crate's `memo`: why the same buffers mean the same
     /// values, and what it buys: inference calls and one-step `forward`s find their packed
     /// weights again, as cheap as [`PreparedRnn::step`]). Under `Autodiff` the identity is
-    /// unknown (`None`), so training concatenates on every call and the concatenation is
-    /// tracked.
-    fn flat_weights_for_call(&self, identity: BufferIdentity<B>) -> Tensor<B, 1> {
+    /// unknown (`None`), so training concatenates on every call, tracked as one chain of
+    /// links (Note [Concatenation as a chain] in `crate::autodiff`).
+    fn flat_weights_for_call(
+        &self,
+        identity: BufferIdentity<B>,
+        concat: Concat<B>,
+    ) -> Tensor<B, 1> {
         // The parameters themselves, as stored (a reshape may copy on some backends).
         let params: Vec<_> = self
             .cells
@@ -415,26 +427,15 @@ impl<B: Backend> FusedRnn<B> {
             .collect();
         let ids: Option<Vec<(usize, usize)>> = params.iter().map(identity).collect();
         let Some(ids) = ids else {
-            return self.flat_weights();
+            return self.flat_weights_with(concat);
         };
         self.flat_memo
-            .get_or_build(ids, params, || self.flat_weights())
+            .get_or_build(ids, params, || self.flat_weights_with(concat))
     }
 
-    /// Every canonical tensor as a 1-D tensor, in the layout's order.
-    ///
-    /// # Note [Parts outlive the concatenation]
-    ///
-    /// Under `Autodiff`, each matrix's reshape is a node whose only parent is a parameter,
-    /// so Burn 0.21 puts it in a graph of its own until the concatenation merges it into
-    /// the concatenation's graph. `Tensor::cat` drops its inputs before it registers its
-    /// node; in that window the reshape's graph holds one unreferenced node, and another
-    /// thread finishing a `backward` (which sweeps every graph for unreferenced roots,
-    /// `cleanup_orphaned_entries` in burn-autodiff) may delete it: that parameter then gets
-    /// no gradient, silently. It happens with Burn's ops alone (a reshape of a parameter,
-    /// a `cat`, six threads: a gradient lost within a few hundred rounds). So the parts are
-    /// kept alive until `cat` has returned; `tests/concurrency.rs` caught it.
-    fn flat_parts(&self) -> Vec<Tensor<B, 1>> {
+    /// Every canonical tensor as stored, in the layout's order, its shape checked against
+    /// the layout.
+    fn canonical_parts(&self) -> Vec<FloatPrimitive<B>> {
         let layout = self.layout();
         assert_eq!(
             self.cells.len(),
@@ -449,7 +450,7 @@ impl<B: Backend> FusedRnn<B> {
             let (layer, direction) = (idx / nd, idx % nd);
             for kind in ParamKind::ALL {
                 let expected = layout.entry(layer, direction, kind);
-                match (expected, cell.flat(kind)) {
+                match (expected, cell.canonical(kind)) {
                     (None, None) => {}
                     (Some(e), Some((t, dims))) if dims == e.shape => parts.push(t),
                     (e, got) => panic!(
@@ -521,6 +522,7 @@ impl<B: Backend> FusedRnn<B> {
         state: Option<RnnState<B>>,
         reserve_bytes: impl FnOnce(&RnnDescriptor, burn::tensor::DType, &B::Device) -> usize,
         identity: BufferIdentity<B>,
+        concat: Concat<B>,
     ) -> Call<B> {
         let [d0, d1, _] = input.dims();
         let (batch, seq) = if self.batch_first { (d0, d1) } else { (d1, d0) };
@@ -558,7 +560,7 @@ impl<B: Backend> FusedRnn<B> {
         });
         // The module runs in its input's dtype: weights are cast to it (a tracked cast, so
         // gradients reach the parameters in their own dtype), states must match it.
-        let weights = self.flat_weights_for_call(identity);
+        let weights = self.flat_weights_for_call(identity, concat);
         let weights = if weights.dtype() == dtype {
             weights
         } else {
@@ -595,7 +597,14 @@ impl<B: Backend> FusedRnn<B> {
                 })
                 .fold(0usize, usize::saturating_add)
         };
-        let call = self.call(&input, None, state, reserve, no_identity);
+        let call = self.call(
+            &input,
+            None,
+            state,
+            reserve,
+            no_identity,
+            crate::backend::concat_parts::<B>,
+        );
         call.desc.check_inputs(
             &input.dims(),
             call.h0.as_ref().map(|h| h.dims()).as_ref().map(|d| &d[..]),
@@ -675,6 +684,7 @@ impl<B: FusedRnnBackend> FusedRnn<B> {
             state,
             |desc, dtype, device| crate::ops::reserve_bytes::<B>(desc, dtype, device),
             B::fused_rnn_buffer_identity,
+            B::fused_rnn_concat,
         );
         let out = fused_rnn(&call.desc, input, call.h0, call.c0, call.weights);
         (out.output, RnnState::new(out.hidden, out.cell))
