@@ -3,7 +3,10 @@
 //!
 //! A backend with a native RNN overrides them: cuDNN on CUDA (`crate::cudnn`), the native
 //! CPU kernel on NdArray and Flex (`crate::cpu`). Every other backend inherits the
-//! reference, written once with Burn tensor ops ([`crate::reference`]).
+//! reference, written once with Burn tensor ops ([`crate::reference`]). Three more methods,
+//! with defaults any backend may keep, serve the module: a buffer's identity, and the flat
+//! weights built from the parameters and cut back into them (Note [Flat weights from
+//! parts]).
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
