@@ -209,33 +209,21 @@ impl ConcatLink {
     }
 }
 
-impl<B: FusedRnnBackend> Backward<B, 1> for ConcatLink {
+/// The first link has one parent, the part (`N = 1`); every other link two, the previous
+/// link and the part (`N = 2`).
+impl<B: FusedRnnBackend, const N: usize> Backward<B, N> for ConcatLink {
     type State = Arc<ConcatState<B>>;
 
     fn backward(
         self,
-        ops: Ops<Self::State, 1>,
+        ops: Ops<Self::State, N>,
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
         let grad = grads.consume::<B>(&ops.node);
-        let [part] = ops.parents.map(|p| p.map(|p| p.id));
-        self.step::<B>(&ops.state, grad, None, part, grads);
-    }
-}
-
-impl<B: FusedRnnBackend> Backward<B, 2> for ConcatLink {
-    type State = Arc<ConcatState<B>>;
-
-    fn backward(
-        self,
-        ops: Ops<Self::State, 2>,
-        grads: &mut Gradients,
-        _checkpointer: &mut Checkpointer,
-    ) {
-        let grad = grads.consume::<B>(&ops.node);
-        let [previous, part] = ops.parents.map(|p| p.map(|p| p.id));
-        self.step::<B>(&ops.state, grad, previous, part, grads);
+        let ids = ops.parents.map(|p| p.map(|p| p.id));
+        let previous = if N == 2 { ids[0] } else { None };
+        self.step::<B>(&ops.state, grad, previous, ids[N - 1], grads);
     }
 }
 
