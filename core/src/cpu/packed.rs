@@ -805,7 +805,11 @@ impl<T: Lane> Packed<T> {
     /// GRU 0.96×, training 1.00–1.02×; docs/BENCHMARKS.md, "AVX2 tile, and one chunk on
     /// Zen 5"). So AVX-512 on AMD's cores (family 19h and later, read from CPUID:
     /// `projection::one_chunk_avx512`) runs one chunk, and every other level and CPU
-    /// chunks (`projection::k_chunk`).
+    /// chunks (`projection::k_chunk`). Measured again on Zen 4 with the kernel of
+    /// 2026-12-06 (docs/BENCHMARKS.md, "AMD EPYC (Zen 4): this version measured"), one
+    /// chunk was still the fastest: chunks that fill half the L1 took 1.07× its time for
+    /// the LSTM H256 B32 forward, 1.06× at H512 B64, 1.13× for the GRU, and chunks of 64 to
+    /// 256 steps 1.00–1.03×.
     #[inline(always)]
     fn tiles_chunked<S: Simd>(
         &self,
@@ -1021,7 +1025,11 @@ const CACHE_LINE: usize = 64;
 /// bidirectional LSTM H256 B32 0.95× and 0.97×; rows whose weights stay in the L2
 /// unchanged. The tests force it on with small chunks (`with_next_chunk_ahead`), and
 /// `BURN_FUSED_RNN_PREFETCH=0|1` forces it for a process. The one-chunk path (AVX-512 on
-/// AMD's cores) does not ask ahead: no AMD machine has measured it.
+/// AMD's cores) does not ask ahead: on Zen 4 (1 MiB of L2 per core, so the LSTM H256's
+/// 2 MiB of weights stream from L3 every step), chunks of 32 to 256 steps that asked ahead
+/// took 1.01–1.08× the one chunk's time (forward) and 1.00–1.04× (training), no faster
+/// than the same chunks without the requests (docs/BENCHMARKS.md, "AMD EPYC (Zen 4): this
+/// version measured").
 #[derive(Clone, Copy)]
 struct Ahead<'a, T> {
     lines: &'a [T],

@@ -53,8 +53,11 @@
 //! (512 KiB of weights, which stay in the L2); the kernel with this rule took 0.93–0.96×
 //! the fused pass's time at H256 B32, 0.79–0.86× at B16 and 0.95–0.97× at H512 B32, and
 //! 0.96–1.00× for the training forward. On AMD's cores (Zen 5: the numbers above) the
-//! fused pass stays. Intel's client cores (a ring to the L3, not a mesh) have not been
-//! measured; they follow the server part's rule. The block of steps projected at once is
+//! fused pass stays; on Zen 4 (1 MiB of L2 per core, measured on 2026-12-06) forcing the
+//! projection ahead took 1.06× the fused pass's time for the LSTM H256 B32 forward, 1.04×
+//! at H512 B64 and 1.03× for the GRU H256 B32, level for the LSTM training step. Intel's
+//! client cores (a ring to the L3, not a mesh) have not been measured; they follow the
+//! server part's rule. The block of steps projected at once is
 //! sized from the L2 the CPU reports (`block_steps`, read by the `gemm` crate's detection,
 //! `gemm_common::cache::CACHE_INFO`), and made taller where the scan carries more than a
 //! few rows and the GEMM runs on its path (`block_rows`: at least 512 rows, since each
