@@ -382,8 +382,8 @@ fn lstm_backward_loop<T: Float, const PROJ: bool>(
     for j in 0..n {
         let (i, f, g, o) = (gi[j], gf[j], gg[j], go[j]);
         let c = f * cp[j] + i * g;
-        // Unfused (the backward's row loop does not know its SIMD level): within an ulp
-        // of the forward's `tanh(c')` (Note [Activations] in `super::float`).
+        // Unfused (the backward's row loop does not know its SIMD level): within the
+        // bounds of the forward's fused `tanh(c')` (Note [Activations] in `super::float`).
         let tc = tanh::<T, false>(c);
         let d_o = dh[j] * tc;
         let dct = dc[j] + dh[j] * o * (T::ONE - tc * tc);

@@ -806,10 +806,10 @@ impl<T: Lane> Packed<T> {
     /// Zen 5"). So AVX-512 on AMD's cores (family 19h and later, read from CPUID:
     /// `projection::one_chunk_avx512`) runs one chunk, and every other level and CPU
     /// chunks (`projection::k_chunk`). Measured again on Zen 4 with the kernel of
-    /// 2026-12-06 (docs/BENCHMARKS.md, "AMD EPYC (Zen 4): this version measured"), one
-    /// chunk was still the fastest: chunks that fill half the L1 took 1.07× its time for
-    /// the LSTM H256 B32 forward, 1.06× at H512 B64, 1.13× for the GRU, and chunks of 64 to
-    /// 256 steps 1.00–1.03×.
+    /// 2026-12-06 (docs/BENCHMARKS.md, "AMD EPYC (Zen 4): the version of 2026-12-06
+    /// measured"), one chunk was still the fastest: chunks that fill half the L1 took
+    /// 1.07× its time for the LSTM H256 B32 forward, 1.06× at H512 B64, 1.13× for the GRU,
+    /// and chunks of 64 to 256 steps 1.00–1.03×.
     #[inline(always)]
     fn tiles_chunked<S: Simd>(
         &self,
