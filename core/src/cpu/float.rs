@@ -8,8 +8,8 @@
 //!
 //! - `σ(x) = 1 / (1 + exp(-x))`, one `exp` and one division. `exp(-x)` stays finite for
 //!   `x ≥ -88`; below, `σ(x) < 7e-39` and the clamped formula is within an ulp of it. The
-//!   relative error stays under 2 ulp everywhere, also for large negative `x` (the
-//!   denominator is large, not cancelling).
+//!   relative error stays under 2 ulp everywhere (1.4 on the sweeps below), also for large
+//!   negative `x` (the denominator is large, not cancelling).
 //! - `tanh(x) = (x + x³ P(x²)) / (1 + x² Q(x²))` on `|x| ≤ 9` (±1 within an ulp beyond),
 //!   `P` and `Q` of degree 3: a rational minimax fit of the relative error on `[0, 9]`
 //!   (the `[9/8]` type Eigen uses; fitted for this crate by `tools/fit_tanh.py`, max
@@ -20,10 +20,13 @@
 //!
 //! Until 2026-12-07 both went through `exp(-|x|)` (`σ = e/(1 + e)` or `1/(1 + e)` by the
 //! sign, `tanh` from `exp(-2|x|)` above 0.625 and Cephes' odd polynomial below, both
-//! branches computed): within 2 ulp for `tanh`, 3 for `σ`, but about twice the operations.
-//! On the Zen 4 machine the LSTM cell of 16 rows × 256 units (`kernel_parts cells,16,256`,
-//! one core) took 8.7–12.1 µs against 11.5–15.3 with the old formulas (six alternated
-//! processes).
+//! branches computed): within 2 ulp for `tanh`, 3 for `σ`, but `tanh` took about twice the
+//! operations and `σ` a quarter more (the LSTM cell's AVX-512 code for 16 units: about 215
+//! instructions then, 157 now). On the Zen 4 machine the LSTM cell of 16 rows × 256 units
+//! (`kernel_parts cells,16,256`, one core) took 8.7–12.1 µs against 11.5–15.3 with the old
+//! formulas (six alternated processes); the kernel's LSTM H32 B1 T10000 forward 0.73–0.86×
+//! its time, at H256 0.95–0.98× (docs/BENCHMARKS.md, "AMD EPYC (Zen 4): cheaper
+//! activations").
 //!
 //! `f64` takes `exp` and `tanh` from the standard library. `f32` uses these branch-free
 //! versions (`exp`: Cody–Waite range reduction and Cephes' polynomial, within 2 ulp, tested
