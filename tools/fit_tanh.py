@@ -14,7 +14,9 @@ the f32 rounding and evaluation errors are checked by the tests in float.rs.
 
 import numpy as np
 
-DEGREE_P, DEGREE_Q, LIMIT, NODES, ROUNDS = 4, 4, 9.0, 60000, 200
+# Coefficients of P and Q (each of degree 3 in x^2: four coefficients), the interval's end,
+# the Chebyshev nodes of the fit, and Lawson's rounds.
+TERMS_P, TERMS_Q, LIMIT, NODES, ROUNDS = 4, 4, 9.0, 60000, 200
 
 
 def fit():
@@ -29,14 +31,14 @@ def fit():
     for _ in range(ROUNDS):
         a = np.hstack(
             [
-                np.stack([x * u2**k for k in range(1, DEGREE_P + 1)], 1),
-                np.stack([-f * u2**k for k in range(1, DEGREE_Q + 1)], 1),
+                np.stack([x * u2**k for k in range(1, TERMS_P + 1)], 1),
+                np.stack([-f * u2**k for k in range(1, TERMS_Q + 1)], 1),
             ]
         )
         s = np.sqrt(w) / (f * q_prev)
         sol, *_ = np.linalg.lstsq(a * s[:, None], (f - x) * s, rcond=None)
-        p = np.concatenate([[1.0], sol[:DEGREE_P]])
-        q = np.concatenate([[1.0], sol[DEGREE_P:]])
+        p = np.concatenate([[1.0], sol[:TERMS_P]])
+        q = np.concatenate([[1.0], sol[TERMS_P:]])
         big_p, big_q = np.polyval(p[::-1], u2), np.polyval(q[::-1], u2)
         e = x * big_p / big_q / f - 1
         if best is None or np.abs(e).max() < best[0]:
@@ -44,8 +46,8 @@ def fit():
         q_prev = big_q
         w = np.maximum(w * np.abs(e) / (w * np.abs(e)).sum(), 1e-300)
     err, p, q = best
-    scale = LIMIT ** (-2.0 * np.arange(max(DEGREE_P, DEGREE_Q) + 1))
-    return err, p * scale[: DEGREE_P + 1], q * scale[: DEGREE_Q + 1]
+    scale = LIMIT ** (-2.0 * np.arange(max(TERMS_P, TERMS_Q) + 1))
+    return err, p * scale[: TERMS_P + 1], q * scale[: TERMS_Q + 1]
 
 
 def main():

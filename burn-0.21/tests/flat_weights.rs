@@ -7,13 +7,12 @@
 mod tensors;
 
 use burn::backend::{Autodiff, Flex, NdArray};
-use burn::module::Param;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
 use burn_fused_rnn::{
-    fused_rnn, DropoutSpec, FusedRnn, FusedRnnBackend, FusedRnnConfig, RnnDescriptor, RnnMode,
+    fused_rnn, DropoutSpec, FusedRnnBackend, FusedRnnConfig, RnnDescriptor, RnnMode,
 };
-use tensors::random;
+use tensors::{param_grads, random};
 
 /// Parts of the shapes an LSTM layer with a projection has (W_ih, W_hh, b_ih, b_hh, W_hr),
 /// as `Tensor<B, 2>` (biases as `[1, n]`, reshaped to 1-D where they are used).
@@ -143,31 +142,6 @@ fn each_part_gets_its_slice_of_the_flat_gradient() {
     chain_gradients::<Autodiff<NdArray<f64>>>("Autodiff<NdArray<f64>>");
     chain_gradients::<Autodiff<NdArray<f32>>>("Autodiff<NdArray<f32>>");
     chain_gradients::<Autodiff<Flex>>("Autodiff<Flex>");
-}
-
-/// Flat gradient of every canonical parameter, in the layout's order.
-fn param_grads<B: AutodiffBackend>(module: &FusedRnn<B>, grads: &B::Gradients) -> Vec<f64> {
-    fn grad<B: AutodiffBackend, const D: usize>(
-        p: &Param<Tensor<B, D>>,
-        g: &B::Gradients,
-    ) -> Vec<f64> {
-        let g = p.grad(g).expect("every parameter has a gradient");
-        g.into_data().convert::<f64>().to_vec().unwrap()
-    }
-    let mut out = Vec::new();
-    for cell in &module.cells {
-        if let Some(p) = &cell.weight_ih {
-            out.extend(grad(p, grads));
-        }
-        out.extend(grad(&cell.weight_hh, grads));
-        for p in [&cell.bias_ih, &cell.bias_hh].into_iter().flatten() {
-            out.extend(grad(p, grads));
-        }
-        if let Some(p) = &cell.weight_hr {
-            out.extend(grad(p, grads));
-        }
-    }
-    out
 }
 
 /// A training step through the module (the chain) gives each `Param` the gradient that

@@ -5,48 +5,18 @@
 //!   forward written as plain composite ops.
 
 mod common;
+#[path = "common/tensors.rs"]
+mod tensors;
 
 use burn::backend::{Autodiff, Flex, NdArray};
-use burn::module::Param;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_fused_rnn::{
-    fused_rnn, DropoutSpec, FusedRnn, FusedRnnBackend, FusedRnnConfig, InputMode, RnnDescriptor,
-    RnnInputs, RnnLayout, RnnMode, RnnState,
+    fused_rnn, DropoutSpec, FusedRnnBackend, FusedRnnConfig, InputMode, RnnDescriptor, RnnInputs,
+    RnnLayout, RnnMode, RnnState,
 };
 use common::{array, at_every_simd_level, check, fixtures, report, tensor, Tol, F32, F64};
-
-/// The gradient of one parameter, as f64 values.
-fn grad<B: AutodiffBackend, const D: usize>(
-    p: &Param<Tensor<B, D>>,
-    grads: &B::Gradients,
-) -> Vec<f64> {
-    let g = p.grad(grads).expect("every parameter has a gradient");
-    g.into_data().convert::<f64>().to_vec().unwrap()
-}
-
-/// Flat gradient of every canonical parameter, in layout order.
-fn param_grads<B: AutodiffBackend>(module: &FusedRnn<B>, grads: &B::Gradients) -> Vec<f64> {
-    let mut out = Vec::new();
-    let grad2 = |p: &Param<Tensor<B, 2>>| grad(p, grads);
-    let grad1 = |p: &Param<Tensor<B, 1>>| grad(p, grads);
-    for cell in &module.cells {
-        if let Some(p) = &cell.weight_ih {
-            out.extend(grad2(p));
-        }
-        out.extend(grad2(&cell.weight_hh));
-        if let Some(p) = &cell.bias_ih {
-            out.extend(grad1(p));
-        }
-        if let Some(p) = &cell.bias_hh {
-            out.extend(grad1(p));
-        }
-        if let Some(p) = &cell.weight_hr {
-            out.extend(grad2(p));
-        }
-    }
-    out
-}
+use tensors::param_grads;
 
 fn gradients_match_pytorch<B: AutodiffBackend + FusedRnnBackend>(backend: &str, tol: Tol) {
     let device = B::Device::default();

@@ -1,11 +1,14 @@
 //! Seeded random tensors and a max-difference check, shared by the tests that compare
-//! the crate with burn-nn, and a lock for tests that need their draws to be repeatable.
+//! the crate with burn-nn, a lock for tests that need their draws to be repeatable, and
+//! the gradients of a module's canonical parameters.
 #![allow(dead_code)]
 
 use std::sync::{Mutex, MutexGuard};
 
-use burn::tensor::backend::Backend;
+use burn::module::Param;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Element, ElementConversion, Tensor, TensorData};
+use burn_fused_rnn::FusedRnn;
 
 /// A standard-normal tensor of `shape`, the same for the same `seed` whatever runs beside
 /// it: drawn from this crate's SplitMix64 (Box-Muller), not from `B`'s generator, which is
@@ -57,4 +60,30 @@ pub fn close<B: Backend, const D: usize>(
         diff <= bound,
         "{what}: max |diff| {diff:e} > {tol:e} x max(1, max |expected| = {scale:e})"
     );
+}
+
+/// The gradient of every canonical parameter of `module`, flat, in layout order (per
+/// pseudo-layer: `W_ih`, `W_hh`, `b_ih`, `b_hh`, `W_hr`, each where the module has it).
+pub fn param_grads<B: AutodiffBackend>(module: &FusedRnn<B>, grads: &B::Gradients) -> Vec<f64> {
+    fn grad<B: AutodiffBackend, const D: usize>(
+        p: &Param<Tensor<B, D>>,
+        g: &B::Gradients,
+    ) -> Vec<f64> {
+        let g = p.grad(g).expect("every parameter has a gradient");
+        g.into_data().convert::<f64>().to_vec().unwrap()
+    }
+    let mut out = Vec::new();
+    for cell in &module.cells {
+        if let Some(p) = &cell.weight_ih {
+            out.extend(grad(p, grads));
+        }
+        out.extend(grad(&cell.weight_hh, grads));
+        for p in [&cell.bias_ih, &cell.bias_hh].into_iter().flatten() {
+            out.extend(grad(p, grads));
+        }
+        if let Some(p) = &cell.weight_hr {
+            out.extend(grad(p, grads));
+        }
+    }
+    out
 }

@@ -79,8 +79,6 @@ pub trait Float:
 
     /// `tanh(x)` (Note [Activations]); with fused multiply-adds when `FMA`.
     fn tanh<const FMA: bool>(x: Self) -> Self;
-
-    fn abs(self) -> Self;
 }
 
 impl Float for f64 {
@@ -108,11 +106,6 @@ impl Float for f64 {
     fn tanh<const FMA: bool>(x: Self) -> Self {
         x.tanh()
     }
-
-    #[inline(always)]
-    fn abs(self) -> Self {
-        f64::abs(self)
-    }
 }
 
 impl Float for f32 {
@@ -132,11 +125,6 @@ impl Float for f32 {
     #[inline(always)]
     fn tanh<const FMA: bool>(x: Self) -> Self {
         tanh_f32::<FMA>(x)
-    }
-
-    #[inline(always)]
-    fn abs(self) -> Self {
-        f32::abs(self)
     }
 }
 
