@@ -91,18 +91,21 @@ impl<T: Lane> WithSimd for BackStep<'_, '_, T> {
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
         let Self { rows, lhs, packed } = self;
-        {
+        // A single row is read where it is (Note [One row in place] in `super::packed`).
+        let in_place: Option<&[T]> = match &rows[..] {
+            [row] => Some(row.dg),
+            _ => None,
+        };
+        if in_place.is_none() {
             let rows: &[BackRow<'_, T>] = rows;
             packed.lay_out_rows::<S>(rows.len(), |r| (&[], rows[r].dg), lhs);
         }
         let width = packed.per_panel();
         let p = packed.n;
-        packed.tiles(
-            simd,
-            lhs,
-            rows.len(),
+        let count = rows.len();
+        let epilogue = {
             #[inline(always)]
-            |first, count, panel, values| {
+            |first: usize, count: usize, panel: usize, values: &[T]| {
                 let lo = panel * width;
                 let n = width.min(p - lo);
                 for (i, r) in rows[first..first + count].iter_mut().enumerate() {
@@ -117,8 +120,12 @@ impl<T: Lane> WithSimd for BackStep<'_, '_, T> {
                         }
                     }
                 }
-            },
-        );
+            }
+        };
+        match in_place {
+            Some(row) => packed.tiles_of_row(simd, row, lhs, epilogue),
+            None => packed.tiles(simd, lhs, count, epilogue),
+        }
     }
 }
 

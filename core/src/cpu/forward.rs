@@ -695,16 +695,20 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
         let fma = has_fma::<S>();
         let per_panel = packed.per_panel();
         let width = SLOTS * lanes;
-        {
+        // A single row whose input was projected ahead is read where it is (Note [One row
+        // in place] in `super::packed`); other rows are laid out for the tiles.
+        let in_place: Option<&[T]> = match &rows[..] {
+            [row] if packed.ka == 0 => Some(row.prev),
+            _ => None,
+        };
+        if in_place.is_none() {
             let rows: &[StepRow<'_, T>] = rows;
             packed.lay_out_rows::<S>(rows.len(), |r| (rows[r].x, rows[r].prev), lhs);
         }
-        packed.tiles(
-            simd,
-            lhs,
-            rows.len(),
+        let count = rows.len();
+        let epilogue = {
             #[inline(always)]
-            |first, count, panel, values| {
+            |first: usize, count: usize, panel: usize, values: &[T]| {
                 let lo = panel * per_panel;
                 let n = per_panel.min(h - lo);
                 for (i, r) in rows[first..first + count].iter_mut().enumerate() {
@@ -788,8 +792,12 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
                         r.out[lo..lo + n].copy_from_slice(&r.next[lo..lo + n]);
                     }
                 }
-            },
-        );
+            }
+        };
+        match in_place {
+            Some(row) => packed.tiles_of_row(simd, row, lhs, epilogue),
+            None => packed.tiles(simd, lhs, count, epilogue),
+        }
     }
 }
 
