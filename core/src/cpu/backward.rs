@@ -92,17 +92,12 @@ impl<T: Lane> WithSimd for BackStep<'_, '_, T> {
     fn with_simd<S: Simd>(self, simd: S) {
         let Self { rows, lhs, packed } = self;
         // A single row is read where it is (Note [One row in place] in `super::packed`).
-        let in_place: Option<&[T]> = match &rows[..] {
-            [row] => Some(row.dg),
-            _ => None,
-        };
-        if in_place.is_none() {
+        let ready = {
             let rows: &[BackRow<'_, T>] = rows;
-            packed.lay_out_rows::<S>(rows.len(), |r| (&[], rows[r].dg), lhs);
-        }
+            packed.ready_rows::<S>(rows.len(), |r| (&[], rows[r].dg), lhs)
+        };
         let width = packed.per_panel();
         let p = packed.n;
-        let count = rows.len();
         let epilogue = {
             #[inline(always)]
             |first: usize, count: usize, panel: usize, values: &[T]| {
@@ -122,10 +117,7 @@ impl<T: Lane> WithSimd for BackStep<'_, '_, T> {
                 }
             }
         };
-        match in_place {
-            Some(row) => packed.tiles_of_row(simd, row, lhs, epilogue),
-            None => packed.tiles(simd, lhs, count, epilogue),
-        }
+        packed.tiles_ready(simd, ready, lhs, epilogue);
     }
 }
 

@@ -697,15 +697,10 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
         let width = SLOTS * lanes;
         // A single row whose input was projected ahead is read where it is (Note [One row
         // in place] in `super::packed`); other rows are laid out for the tiles.
-        let in_place: Option<&[T]> = match &rows[..] {
-            [row] if packed.ka == 0 => Some(row.prev),
-            _ => None,
-        };
-        if in_place.is_none() {
+        let ready = {
             let rows: &[StepRow<'_, T>] = rows;
-            packed.lay_out_rows::<S>(rows.len(), |r| (rows[r].x, rows[r].prev), lhs);
-        }
-        let count = rows.len();
+            packed.ready_rows::<S>(rows.len(), |r| (rows[r].x, rows[r].prev), lhs)
+        };
         let epilogue = {
             #[inline(always)]
             |first: usize, count: usize, panel: usize, values: &[T]| {
@@ -794,10 +789,7 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
                 }
             }
         };
-        match in_place {
-            Some(row) => packed.tiles_of_row(simd, row, lhs, epilogue),
-            None => packed.tiles(simd, lhs, count, epilogue),
-        }
+        packed.tiles_ready(simd, ready, lhs, epilogue);
     }
 }
 

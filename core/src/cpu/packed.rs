@@ -181,6 +181,15 @@ fn scratch_len(rows: usize) -> usize {
     rows.max(MAX_ROWS) * SLOTS * MAX_LANES
 }
 
+/// How [`Packed::ready_rows`] got a step product's rows ready for [`Packed::tiles_ready`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ready<'r, T> {
+    /// One row, read where it is (Note [One row in place], at `Packed::tiles_of_row`).
+    InPlace(&'r [T]),
+    /// This many rows, laid out in the caller's buffer.
+    LaidOut(usize),
+}
+
 /// A product `[rows, ka + kb] · M^T`, its right operand packed into panels for
 /// [`Packed::tiles`] (Note [Packed weights]).
 ///
@@ -709,6 +718,49 @@ impl<T: Lane> Packed<T> {
         self.tiles_of::<S>(simd, lhs, scratch, rows, epilogue)
     }
 
+    /// Gets `rows` rows ready for [`Packed::tiles_ready`] (`row(r)` as for
+    /// [`Packed::lay_out_rows`]): one row, where the weights have no `a` segment, is read
+    /// where it is (Note [One row in place]: its `b` segment); other rows are laid out into
+    /// `lhs`. The one place where a step product makes that choice, forward and backward.
+    ///
+    /// # Panics
+    ///
+    /// If a segment is too short.
+    #[inline(always)]
+    pub(crate) fn ready_rows<'r, S: Simd>(
+        &self,
+        rows: usize,
+        row: impl Fn(usize) -> (&'r [T], &'r [T]),
+        lhs: &mut Aligned<T>,
+    ) -> Ready<'r, T>
+    where
+        T: 'r,
+    {
+        if rows == 1 && self.ka == 0 {
+            return Ready::InPlace(row(0).1);
+        }
+        self.lay_out_rows::<S>(rows, row, lhs);
+        Ready::LaidOut(rows)
+    }
+
+    /// [`Packed::tiles`] over the rows [`Packed::ready_rows`] got ready, `lhs` the buffer
+    /// it was given.
+    ///
+    /// Must run inside `dispatch(self.level, ..)`, with `simd` of that level.
+    #[inline(always)]
+    pub(crate) fn tiles_ready<S: Simd>(
+        &self,
+        simd: S,
+        ready: Ready<'_, T>,
+        lhs: &mut Aligned<T>,
+        epilogue: impl FnMut(usize, usize, usize, &[T]),
+    ) {
+        match ready {
+            Ready::InPlace(row) => self.tiles_of_row(simd, row, lhs, epilogue),
+            Ready::LaidOut(rows) => self.tiles(simd, lhs, rows, epilogue),
+        }
+    }
+
     /// [`Packed::tiles`] for one row that has no `a` segment (`ka == 0`): the tile reads
     /// `row` where it is, and `scratch` (resized) holds only the tile's results.
     ///
@@ -717,8 +769,10 @@ impl<T: Lane> Packed<T> {
     /// A row laid out for a tile of one row is the row itself (`[k][1]`), so at batch 1 a
     /// step need not copy it: the forward's step product reads the state entering the
     /// step in place when the input is projected ahead (the weights have no `a` segment),
-    /// and the backward's reads the gates' gradients in place. The sums are those of the
-    /// row laid out, bit for bit (a test checks every level, layout and chunking). Measured
+    /// and the backward's reads the gates' gradients in place. [`Packed::ready_rows`]
+    /// makes that choice for both (and for the `product` part of `kernel_parts`). The sums
+    /// are those of the row laid out, bit for bit (a test checks every level, layout and
+    /// chunking). Measured
     /// on an AMD EPYC (Zen 4), the kernel alone in alternated processes (docs/
     /// BENCHMARKS.md, "one row in place"): the LSTM H32 B1 T10000 forward took 0.81–0.87×
     /// its time before on one and two threads, the GRU's 0.80–0.83×; more than the copy it
@@ -730,7 +784,7 @@ impl<T: Lane> Packed<T> {
     /// As [`Packed::tiles`], or if the weights have an `a` segment or `row` is shorter
     /// than `kb`.
     #[inline(always)]
-    pub(crate) fn tiles_of_row<S: Simd>(
+    fn tiles_of_row<S: Simd>(
         &self,
         simd: S,
         row: &[T],
@@ -1360,7 +1414,7 @@ mod tests {
     }
 
     /// Every output of one row's product, `(panel, slot, lane, bits)`, with the row laid out
-    /// (`Packed::tiles`) or read in place (`Packed::tiles_of_row`).
+    /// (`Packed::tiles`) or read in place (`Packed::ready_rows` must choose that).
     fn one_row(
         packed: &Packed<f64>,
         row: &[f64],
@@ -1391,7 +1445,12 @@ mod tests {
                     }
                 };
                 if self.in_place {
-                    p.tiles_of_row(simd, self.row, &mut lhs, epilogue);
+                    let ready = p.ready_rows::<S>(1, |_| (&[], self.row), &mut lhs);
+                    assert!(
+                        matches!(ready, Ready::InPlace(_)),
+                        "one row, no input segment"
+                    );
+                    p.tiles_ready(simd, ready, &mut lhs, epilogue);
                 } else {
                     p.lay_out_rows::<S>(1, |_| (&[], self.row), &mut lhs);
                     p.tiles(simd, &mut lhs, 1, epilogue);

@@ -83,7 +83,8 @@ impl StepProduct {
         }
     }
 
-    /// One product into [`StepProduct::output`]: the rows laid out, every tile.
+    /// One product into [`StepProduct::output`]: the rows got ready as a step does (laid out,
+    /// or one row read in place: `Packed::ready_rows`), every tile.
     pub fn run(&mut self) {
         dispatch(self.packed.level, ProductOnce { product: self });
     }
@@ -136,11 +137,11 @@ impl WithSimd for ProductOnce<'_> {
         let (rows, k) = (*rows, *k);
         let (n, lanes) = (packed.n, packed.lanes);
         let hidden = n / 4;
-        packed.lay_out_rows::<S>(rows, |r| (&[][..], &x[r * k..(r + 1) * k]), lhs);
-        packed.tiles(
+        let ready = packed.ready_rows::<S>(rows, |r| (&[][..], &x[r * k..(r + 1) * k]), lhs);
+        packed.tiles_ready(
             simd,
+            ready,
             lhs,
-            rows,
             #[inline(always)]
             |first, count, panel, values| {
                 let lo = panel * lanes;
