@@ -1,4 +1,4 @@
-//! Single-step decoding latency (batch 1, I = H = 256, 1 layer LSTM, f32): a prepared
+//! Single-step decoding latency (batch 1 and 8, I = H = 256, 1 layer LSTM, f32): a prepared
 //! module's `step` against the same module's `forward` with T = 1 (which concatenates the
 //! weights on every call) and burn-nn's `Lstm` with T = 1, on NdArray and Flex.
 //!
@@ -12,12 +12,12 @@ use criterion::{criterion_group, criterion_main, Criterion};
 
 const H: usize = 256;
 
-fn bench_backend<B: FusedRnnBackend>(c: &mut Criterion, backend: &str) {
+fn bench_backend<B: FusedRnnBackend>(c: &mut Criterion, backend: &str, batch: usize) {
     let device = B::Device::default();
-    let mut group = c.benchmark_group(format!("step/{backend}/H{H}_B1"));
+    let mut group = c.benchmark_group(format!("step/{backend}/H{H}_B{batch}"));
     let random = |shape: [usize; 2]| Tensor::<B, 2>::random(shape, Distribution::Default, &device);
-    let x = random([1, H]);
-    let (h, cell) = (random([1, H]), random([1, H]));
+    let x = random([batch, H]);
+    let (h, cell) = (random([batch, H]), random([batch, H]));
 
     let fused = FusedRnnConfig::new(RnnMode::Lstm, H, H).init::<B>(&device);
     let prepared = fused.prepare();
@@ -51,8 +51,10 @@ fn bench_backend<B: FusedRnnBackend>(c: &mut Criterion, backend: &str) {
 }
 
 fn benches(c: &mut Criterion) {
-    bench_backend::<NdArray>(c, "ndarray");
-    bench_backend::<Flex>(c, "flex");
+    for batch in [1, 8] {
+        bench_backend::<NdArray>(c, "ndarray", batch);
+        bench_backend::<Flex>(c, "flex", batch);
+    }
 }
 
 criterion_group!(step, benches);

@@ -600,7 +600,12 @@ impl<T: Lane + Kept> Direction<'_, T> {
                 false,
                 Mat::rows(&scan.m, nb, h, h),
                 Mat::rows(w_hr, p, h, h).t(),
-                gemm_threads(shared.gemm_threads, nb, p, h),
+                // One row (a decoding step) is a product of a few microseconds, less than
+                // a join: Note [One step on the caller's thread] in `super::schedule`.
+                match nb {
+                    1 => 1,
+                    _ => gemm_threads(shared.gemm_threads, nb, p, h),
+                },
             );
             for (j, out) in scan.out[t * nb..(t + 1) * nb].iter_mut().enumerate() {
                 if plan.valid(t, b0 + j) {
@@ -793,11 +798,14 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
     }
 }
 
-/// `rows` rows in `threads` consecutive ranges of whole tiles of the widest level (the
-/// last ones shorter or empty where they run out): the rows of each thread of a projection.
+/// `rows` rows in at most `threads` consecutive ranges of whole tiles of the widest level
+/// (the last one shorter where they run out; none empty, so that rows fewer than a tile are
+/// one share and run without a join): the rows of each thread of a projection.
 fn row_splits(rows: usize, threads: usize) -> impl Iterator<Item = core::ops::Range<usize>> {
     let per = rows.div_ceil(threads.max(1)).div_ceil(MAX_ROWS) * MAX_ROWS;
-    (0..threads.max(1)).map(move |i| (i * per).min(rows)..((i + 1) * per).min(rows))
+    (0..threads.max(1))
+        .map(move |i| (i * per).min(rows)..((i + 1) * per).min(rows))
+        .filter(|r| !r.is_empty())
 }
 
 /// An emptied vector's allocation, for elements of another lifetime: a step's rows borrow
@@ -929,4 +937,38 @@ pub(crate) fn forward<T: Lane + Kept>(
         }
     }
     (Outputs { y, h_n, c_n }, reserve)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{row_splits, MAX_ROWS};
+
+    /// The shares of a projection's rows cover them in order, in whole tiles but the last,
+    /// at most one per thread and none empty: rows fewer than a tile are one share.
+    #[test]
+    fn row_splits_cover_the_rows_in_whole_tiles_with_no_empty_share() {
+        for threads in 1..=4 {
+            for rows in 1..=3 * MAX_ROWS * threads + 1 {
+                let splits: Vec<_> = row_splits(rows, threads).collect();
+                assert!(
+                    !splits.is_empty() && splits.len() <= threads,
+                    "{rows} rows on {threads} threads: expected 1 to {threads} shares, got {}",
+                    splits.len()
+                );
+                let mut next = 0;
+                for (i, split) in splits.iter().enumerate() {
+                    assert!(
+                        split.start == next && !split.is_empty(),
+                        "{rows} rows on {threads} threads: share {i} is {split:?}"
+                    );
+                    if i + 1 < splits.len() {
+                        assert_eq!(split.len() % MAX_ROWS, 0, "share {i} of {rows} rows");
+                    }
+                    next = split.end;
+                }
+                assert_eq!(next, rows, "{rows} rows on {threads} threads");
+            }
+        }
+        assert_eq!(row_splits(MAX_ROWS, 2).count(), 1);
+    }
 }

@@ -141,7 +141,9 @@ impl<'a, T> HostInputs<'a, T> {
     }
 }
 
-/// The forward pass of the call `desc`, in rayon's pool.
+/// The forward pass of the call `desc`, in rayon's pool (or on the calling thread when
+/// nothing in it splits over threads: Note [One step on the caller's thread] in
+/// `schedule`).
 ///
 /// - `training` keeps the reserve (Note [Native reserve] in `plan`, tagged: Note [Reserve
 ///   tag] on [`crate::reserve::ReserveTag`]) and applies dropout; `half` (inputs that were
@@ -169,7 +171,11 @@ pub fn forward<T: Element, W: Clone + Send + Sync + 'static>(
         _ => None,
     };
     let host = inputs.plan_inputs(packed.as_deref().map(Vec::as_slice));
-    in_pool(|| forward::forward(&plan, &host, training, half))
+    if schedule::forward_on_caller(&plan) {
+        forward::forward(&plan, &host, training, half)
+    } else {
+        in_pool(|| forward::forward(&plan, &host, training, half))
+    }
 }
 
 /// The backward pass of the call `desc`, in rayon's pool, from `reserve`: what [`forward`]

@@ -34,6 +34,29 @@ pub(crate) fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// Whether a forward call runs on the caller's thread instead of moving into the pool
+/// ([`in_pool`]): when nothing in it splits over threads, so that moving in would only cost
+/// the hand-off (Note [One step on the caller's thread]).
+///
+/// # Note [One step on the caller's thread]
+///
+/// Moving a call into the pool hands it to a worker and puts the caller to sleep on a latch
+/// until the worker is done: two wake-ups through the kernel. In a decoding step (one LSTM
+/// step, `B = 1`, `H = 256`, 2 threads) the scheduler's `sched_yield`, futex waits and
+/// wake-ups took more `perf` samples than the product itself, and the step took 48–65 µs;
+/// on the caller's thread it takes 30–32 (docs/BENCHMARKS.md, "Step-by-step decoding"). A
+/// call that never splits pays that for nothing. One step of one sequence in one direction
+/// (a decoding step, every layer) never splits: one sequence is one part of the scan
+/// ([`scan_threads`]), one direction needs no [`per_direction`] join, the one row of a
+/// step's input projection is one share (`row_splits` in `super::forward` makes no empty
+/// share), an LSTM projection of one row runs on one thread, and with one step there is
+/// no next block to project beside the scan. A pool of one thread never splits either. Everything else moves
+/// in once, so that its joins find the other workers spinning. The choice changes only
+/// which thread computes, never what (the kernel is the same code either way).
+pub(crate) fn forward_on_caller(plan: &Plan<'_>) -> bool {
+    plan.threads == 1 || (plan.t == 1 && plan.b == 1 && plan.nd == 1)
+}
+
 /// Work below this many multiply-adds per step runs on one thread: splitting it costs more
 /// than it saves (a rayon join is a few microseconds).
 pub(crate) const PARALLEL_WORK: usize = 1 << 17;
@@ -171,5 +194,50 @@ pub(crate) fn direction_threads(plan: &Plan<'_>) -> usize {
         plan.threads.div_ceil(2)
     } else {
         plan.threads
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::forward_on_caller;
+    use crate::cpu::plan::Plan;
+    use crate::descriptor::{DropoutSpec, RnnDescriptor};
+    use crate::spec::{RnnMode, RnnSpec};
+
+    /// A decoding step (one step of one sequence in one direction, any number of layers)
+    /// and every call in a pool of one thread stay on the caller's thread; every other call
+    /// moves into the pool.
+    #[test]
+    fn only_calls_that_never_split_stay_on_the_callers_thread() {
+        // (steps, sequences, bidirectional, layers), and whether it is a decoding step.
+        let cases = [
+            ((1, 1, false, 1), true),
+            ((1, 1, false, 3), true),
+            ((2, 1, false, 1), false),
+            ((1, 2, false, 1), false),
+            ((1, 1, true, 1), false),
+            ((50, 32, false, 1), false),
+        ];
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a pool");
+            for ((t, b, bidirectional, num_layers), decoding) in cases {
+                let spec = RnnSpec {
+                    num_layers,
+                    bidirectional,
+                    ..RnnSpec::new(RnnMode::Lstm, 8, 16)
+                };
+                let desc = RnnDescriptor::new(spec, t, b, false, None, DropoutSpec::NONE);
+                let plan = pool.install(|| Plan::new(&desc));
+                assert_eq!(
+                    forward_on_caller(&plan),
+                    threads == 1 || decoding,
+                    "T = {t}, B = {b}, bidirectional {bidirectional}, {num_layers} layers, \
+                     {threads} threads"
+                );
+            }
+        }
     }
 }
