@@ -378,6 +378,30 @@ fn forward_split_over_threads_matches_the_plain_implementation() {
     }
 }
 
+/// A decoding step (one step of one sequence in one direction) runs on the calling thread
+/// (Note [One step on the caller's thread] in the core's `schedule`): two layers, with and
+/// without an LSTM projection, a valid step and a length of 0, initial states; against
+/// the plain implementation at every SIMD level and projection.
+#[test]
+fn a_decoding_step_on_the_callers_thread_matches_the_plain_implementation() {
+    for (mode, proj) in [
+        (RnnMode::Lstm, None),
+        (RnnMode::Lstm, Some(16)),
+        (RnnMode::Gru, None),
+        (RnnMode::RnnRelu, None),
+    ] {
+        for length in [1, 0] {
+            let spec = RnnSpec {
+                num_layers: 2,
+                proj_size: proj,
+                ..RnnSpec::new(mode, 48, 64)
+            };
+            let desc = RnnDescriptor::new(spec, 1, 1, true, Some(vec![length]), DropoutSpec::NONE);
+            check_forward(&desc);
+        }
+    }
+}
+
 /// The weight gradients' GEMMs split by destination rows, one share of every GEMM per
 /// thread (Note [Weight gradients by rows] in the core's `backward`), equal one thread's:
 /// pools of 2, 3 and 4 threads (shares of unequal size; with 4, each direction of a

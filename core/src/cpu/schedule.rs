@@ -35,8 +35,8 @@ pub(crate) fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 }
 
 /// Whether a forward call runs on the caller's thread instead of moving into the pool
-/// ([`in_pool`]): when nothing in it splits over threads, so that moving in would only cost
-/// the hand-off (Note [One step on the caller's thread]).
+/// ([`in_pool`]): one step of one sequence in one direction, or a pool of one thread (Note
+/// [One step on the caller's thread]).
 ///
 /// # Note [One step on the caller's thread]
 ///
@@ -44,15 +44,26 @@ pub(crate) fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// until the worker is done: two wake-ups through the kernel. In a decoding step (one LSTM
 /// step, `B = 1`, `H = 256`, 2 threads) the scheduler's `sched_yield`, futex waits and
 /// wake-ups took more `perf` samples than the product itself, and the step took 48–65 µs;
-/// on the caller's thread it takes 30–32 (docs/BENCHMARKS.md, "Step-by-step decoding"). A
-/// call that never splits pays that for nothing. One step of one sequence in one direction
-/// (a decoding step, every layer) never splits: one sequence is one part of the scan
-/// ([`scan_threads`]), one direction needs no [`per_direction`] join, the one row of a
-/// step's input projection is one share (`row_splits` in `super::forward` makes no empty
-/// share), an LSTM projection of one row runs on one thread, and with one step there is
-/// no next block to project beside the scan. A pool of one thread never splits either. Everything else moves
-/// in once, so that its joins find the other workers spinning. The choice changes only
-/// which thread computes, never what (the kernel is the same code either way).
+/// on the caller's thread it takes 30–32 (docs/BENCHMARKS.md, "Step-by-step decoding").
+///
+/// - **One step of one sequence in one direction** (a decoding step, every layer) never
+///   splits, so it stays on the caller's thread: one sequence is one part of the scan
+///   ([`scan_threads`]), one direction needs no [`per_direction`] join, the one row of a
+///   step's input projection is one share (`row_splits` in `super::forward` makes no
+///   empty share), an LSTM projection of one row runs on one thread, and with one step
+///   there is no next block to project beside the scan.
+/// - **A pool of one thread** never splits.
+/// - **Everything else** moves in once, so that its joins (the parts of a batch, one per
+///   step in the backward, one per block beside the scan) find the other workers awake.
+///   That includes a step of a batch, whose parts split over the threads (a batch of 8 at
+///   `H = 256`: 58–76 µs on two threads, 87–93 on one). Letting the caller compute the
+///   first part itself while a worker computes the second (`rayon::in_place_scope`) was
+///   measured and not kept: 0.92–1.69× the time, ten of twelve paired rounds slower
+///   (probably because the caller is one thread more than the pool, which has one per
+///   core; not checked).
+///
+/// The choice changes only which thread computes, never what: the kernel is the same code
+/// either way.
 pub(crate) fn forward_on_caller(plan: &Plan<'_>) -> bool {
     plan.threads == 1 || (plan.t == 1 && plan.b == 1 && plan.nd == 1)
 }
@@ -208,13 +219,13 @@ mod tests {
     /// and every call in a pool of one thread stay on the caller's thread; every other call
     /// moves into the pool.
     #[test]
-    fn only_calls_that_never_split_stay_on_the_callers_thread() {
+    fn decoding_steps_and_one_thread_pools_stay_on_the_callers_thread() {
         // (steps, sequences, bidirectional, layers), and whether it is a decoding step.
         let cases = [
             ((1, 1, false, 1), true),
             ((1, 1, false, 3), true),
             ((2, 1, false, 1), false),
-            ((1, 2, false, 1), false),
+            ((1, 8, false, 2), false),
             ((1, 1, true, 1), false),
             ((50, 32, false, 1), false),
         ];
