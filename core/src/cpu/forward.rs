@@ -600,12 +600,7 @@ impl<T: Lane + Kept> Direction<'_, T> {
                 false,
                 Mat::rows(&scan.m, nb, h, h),
                 Mat::rows(w_hr, p, h, h).t(),
-                // One row (a decoding step) is a product of a few microseconds, less than
-                // a join: Note [One step on the caller's thread] in `super::schedule`.
-                match nb {
-                    1 => 1,
-                    _ => gemm_threads(shared.gemm_threads, nb, p, h),
-                },
+                gemm_threads(shared.gemm_threads, nb, p, h),
             );
             for (j, out) in scan.out[t * nb..(t + 1) * nb].iter_mut().enumerate() {
                 if plan.valid(t, b0 + j) {

@@ -163,7 +163,12 @@ pub fn forward<T: Element, W: Clone + Send + Sync + 'static>(
     training: bool,
     half: bool,
 ) -> (Outputs<T>, Option<Vec<T>>) {
-    let plan = Plan::new(desc);
+    let mut plan = Plan::new(desc);
+    // A call on the caller's thread plans for that one thread.
+    let on_caller = schedule::forward_on_caller(&plan);
+    if on_caller {
+        plan.threads = 1;
+    }
     let packed = match weights_owner {
         Some(owner) if desc.seq_length == 1 || !training => {
             Some(prepared::packed_for_call(&plan, inputs.w, owner))
@@ -171,7 +176,7 @@ pub fn forward<T: Element, W: Clone + Send + Sync + 'static>(
         _ => None,
     };
     let host = inputs.plan_inputs(packed.as_deref().map(Vec::as_slice));
-    if schedule::forward_on_caller(&plan) {
+    if on_caller {
         forward::forward(&plan, &host, training, half)
     } else {
         in_pool(|| forward::forward(&plan, &host, training, half))

@@ -46,12 +46,12 @@ pub(crate) fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// wake-ups took more `perf` samples than the product itself, and the step took 48–65 µs;
 /// on the caller's thread it takes 30–32 (docs/BENCHMARKS.md, "Step-by-step decoding").
 ///
-/// - **One step of one sequence in one direction** (a decoding step, every layer) never
-///   splits, so it stays on the caller's thread: one sequence is one part of the scan
-///   ([`scan_threads`]), one direction needs no [`per_direction`] join, the one row of a
-///   step's input projection is one share (`row_splits` in `super::forward` makes no
-///   empty share), an LSTM projection of one row runs on one thread, and with one step
-///   there is no next block to project beside the scan.
+/// - **One step of one sequence in one direction** (a decoding step, every layer) gains
+///   nothing from threads, so it stays on the caller's thread, and plans for that one
+///   thread (`cpu::forward` sets the plan's `threads` to 1): every choice of threads in it
+///   (the input projection's shares, an LSTM projection's GEMM) then takes one, and none
+///   can hand work back to the pool. One sequence is one part of the scan whatever the
+///   threads ([`scan_threads`]), so the packed weights' choice is the same either way.
 /// - **A pool of one thread** never splits.
 /// - **Everything else** moves in once, so that its joins (the parts of a batch, one per
 ///   step in the backward, one per block beside the scan) find the other workers awake.
