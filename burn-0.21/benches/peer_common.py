@@ -1,8 +1,9 @@
 """What the Python companions of the crate's benchmarks share: the CPU configurations of
 `benches/cpu.rs`, how a peer is timed, and where results go.
 
-Imported by `benches/torch_cpu.py` and `benches/ort_cpu.py` (run from the repository
-root, `python3 benches/<script>.py`: Python puts `benches/` on the import path).
+Imported by `benches/torch_cpu.py`, `benches/ort_cpu.py`, `benches/torch_step.py` and
+`benches/ort_step.py` (run as `python3 benches/<script>.py`: Python puts `benches/` on the
+import path).
 """
 
 import json
@@ -39,6 +40,23 @@ def median_ms(fn, min_time=2.0, min_iters=5, warmup=2):
             break
     times.sort()
     return times[len(times) // 2]
+
+
+def median_us(fn, rounds=50, calls=100, warmup_s=1.0):
+    """The median over `rounds` rounds of the mean time of `calls` calls of `fn()` in a
+    row, in microseconds, after `warmup_s` seconds of calls: for calls of tens of
+    microseconds, where one call is too short to time alone (`median_ms`)."""
+    end = time.perf_counter() + warmup_s
+    while time.perf_counter() < end:
+        fn()
+    means = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        means.append((time.perf_counter() - start) / calls * 1e6)
+    means.sort()
+    return means[len(means) // 2]
 
 
 def selected(name, only):

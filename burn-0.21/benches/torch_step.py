@@ -8,37 +8,22 @@ to the crate's thread count, under `no_grad`:
 - `cell`: `torch.nn.LSTMCell` with the previous `(h, c)`, what a prepared `step` does.
 
 Each is the median over 50 rounds of the mean time of 100 calls in a row, after a second of
-warm-up, in microseconds. Run on the same cores right after the Rust bench:
+warm-up, in microseconds (`peer_common.median_us`). Run on the same cores right after the
+Rust bench, with ONNX Runtime's companion (`benches/ort_step.py`):
 
     RAYON_NUM_THREADS=2 taskset -c 0,1 cargo bench --bench step
     taskset -c 0,1 python3 benches/torch_step.py --threads 2
+    taskset -c 0,1 python3 benches/ort_step.py --threads 2
 """
 
 import argparse
 import os
-import time
 
 import torch
 
+from peer_common import median_us
+
 H = 256
-ROUNDS = 50
-CALLS = 100
-
-
-def median_us(fn):
-    """The median over `ROUNDS` rounds of the mean time of `CALLS` calls of `fn()`, in µs,
-    after a second of calls."""
-    end = time.perf_counter() + 1.0
-    while time.perf_counter() < end:
-        fn()
-    means = []
-    for _ in range(ROUNDS):
-        start = time.perf_counter()
-        for _ in range(CALLS):
-            fn()
-        means.append((time.perf_counter() - start) / CALLS * 1e6)
-    means.sort()
-    return means[len(means) // 2]
 
 
 def main():

@@ -247,6 +247,7 @@ fn gradients_of_partial_losses_match_the_reference() {
 #[test]
 fn gradients_without_x_or_weights_match_pytorch() {
     let mut failures = Vec::new();
+    #[cfg_attr(not(feature = "wgpu"), allow(unused_mut))] // pushed to with `wgpu`
     let mut devices = vec![
         (Device::ndarray().autodiff(), DType::F64, F64, false),
         (Device::flex().autodiff(), DType::F64, F64, false),

@@ -272,7 +272,6 @@ impl<T: Lane + Kept> Direction<'_, T> {
     ) -> (Vec<T>, Option<Vec<T>>) {
         let plan = self.plan;
         let (batch, h, p) = (plan.b, plan.h, plan.p);
-        let (bias, b_hn) = biases(plan, &self.w);
         let skip = self.w.w_ih.is_none();
         let (chunk, projection) = scan_shape(plan, self.in_size, skip, size_of::<T>());
         let ahead = projection == InputProjection::Ahead;
@@ -280,6 +279,8 @@ impl<T: Lane + Kept> Direction<'_, T> {
         let PackedScan {
             scan: packed,
             input: w_ih,
+            bias,
+            b_hn,
         } = match self.packed {
             Some(packed) => {
                 // The cache packs for the same choice (its key holds it).
@@ -324,8 +325,8 @@ impl<T: Lane + Kept> Direction<'_, T> {
             jobs.push(part);
         }
         let shared = Shared {
-            bias: &bias,
-            b_hn: &b_hn,
+            bias,
+            b_hn,
             packed,
             ahead,
             w_ih: w_ih.as_ref(),

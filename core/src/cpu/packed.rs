@@ -772,12 +772,11 @@ impl<T: Lane> Packed<T> {
     /// and the backward's reads the gates' gradients in place. [`Packed::ready_rows`]
     /// makes that choice for both (and for the `product` part of `kernel_parts`). The sums
     /// are those of the row laid out, bit for bit (a test checks every level, layout and
-    /// chunking). Measured
-    /// on an AMD EPYC (Zen 4), the kernel alone in alternated processes (docs/
-    /// BENCHMARKS.md, "one row in place"): the LSTM H32 B1 T10000 forward took 0.81–0.87×
-    /// its time before on one and two threads, the GRU's 0.80–0.83×; more than the copy it
-    /// saves, which was 6% of the scan's samples: the copy, the resize and the per-tile
-    /// closure of the lay-out all sat on the step's serial path.
+    /// chunking). Measured on an AMD EPYC (Zen 4), the kernel alone in alternated
+    /// processes (docs/BENCHMARKS.md, "one row in place"): the LSTM H32 B1 T10000 forward
+    /// took 0.81–0.87× its time before on one and two threads, the GRU's 0.80–0.83×; more
+    /// than the copy it saves, which was 6% of the scan's samples: the copy, the resize and
+    /// the per-tile closure of the lay-out all sat on the step's serial path.
     ///
     /// # Panics
     ///
@@ -1377,10 +1376,9 @@ mod tests {
                                     .map(|k| h[r * p + k] * w_hh[col * p + k])
                                     .sum::<f64>();
                             }
-                            assert!(
-                            (got - want).abs() < 1e-12,
-                            "{level:?} G {gates} H {hidden} I {i} chunk {k_chunk} row {r} col {col}: {got} vs {want}"
-                        );
+                            let at = format!("{level:?} G {gates} H {hidden} I {i}");
+                            let at = format!("{at} chunk {k_chunk} row {r} col {col}");
+                            assert!((got - want).abs() < 1e-12, "{at}: {got} vs {want}");
                             seen[(r * n + col) * 2 + usize::from(!sa)] += 1;
                         });
                         for (idx, &count) in seen.iter().enumerate() {

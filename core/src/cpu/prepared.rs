@@ -14,7 +14,8 @@
 //!   W_hh]`, or `W_hh` alone and `W_ih` apart for the projection when the call projects
 //!   that layer's input ahead (few rows per thread: Notes [Input projection] and
 //!   [Projection through the packed kernel] in `super::projection`). The call and the cache
-//!   make that choice with the same function (`forward::scan_shape`).
+//!   make that choice with the same function (`forward::scan_shape`). The folded biases
+//!   (`b_ih + b_hh`) come with them (`PackedScan`).
 //! - **Key**: the address and length of the weights' elements (borrowed from the backend's
 //!   tensor, never a copy), the element type, the SIMD level, the network, a forced
 //!   reduction chunk, and the choice above (first layer, later layers).
