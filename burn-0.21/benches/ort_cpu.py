@@ -21,15 +21,15 @@ import argparse
 import os
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from peer_common import CPU_CONFIGS, RESULTS, median_ms, selected, write
+from peer_common import CPU_CONFIGS, RESULTS, median_ms, ort_session, selected, write
 
 OUT = os.path.join(RESULTS, "ort_cpu.json")
 
 def model(mode, hidden, batch, seq, layers, bidirectional, rng):
+    """The ONNX graph of the network, random weights."""
     gates = 4 if mode == "lstm" else 3
     dirs = 2 if bidirectional else 1
     scale = 1.0 / np.sqrt(hidden)
@@ -53,16 +53,13 @@ def model(mode, hidden, batch, seq, layers, bidirectional, rng):
         inits.append(numpy_helper.from_array(np.array([seq, batch, dirs * hidden], dtype=np.int64), shape))
         current = f"H{layer}"
         nodes.append(helper.make_node("Reshape", [t_out, shape], [current]))
-    graph = helper.make_graph(
+    return helper.make_graph(
         nodes,
         "rnn",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq, batch, hidden])],
         [helper.make_tensor_value_info(current, TensorProto.FLOAT, [seq, batch, dirs * hidden])],
         inits,
     )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    onnx.checker.check_model(m)
-    return m
 
 
 def main():
@@ -75,13 +72,7 @@ def main():
     for name, mode, h, batch, seq, layers, bi in CPU_CONFIGS:
         if not selected(name, args.only):
             continue
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = args.threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        m = model(mode, h, batch, seq, layers, bi, rng)
-        sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = ort_session(model(mode, h, batch, seq, layers, bi, rng), args.threads)
         x = rng.standard_normal((seq, batch, h)).astype(np.float32)
         out = sess.get_outputs()[0].name
         results["configs"][name] = {"fwd": median_ms(lambda: sess.run([out], {"X": x}))}

@@ -25,16 +25,16 @@ import argparse
 import os
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from peer_common import median_us
+from peer_common import median_us, ort_session
 
 H = 256
 
 
 def model(batch, rng):
+    """The ONNX graph of one step, random weights and biases."""
     scale = 1.0 / np.sqrt(H)
     w = rng.uniform(-scale, scale, (1, 4 * H, H)).astype(np.float32)
     r = rng.uniform(-scale, scale, (1, 4 * H, H)).astype(np.float32)
@@ -45,7 +45,7 @@ def model(batch, rng):
         "LSTM", ["X", "W", "R", "B", "", "h0", "c0"], ["", "Y_h", "Y_c"], hidden_size=H
     )
     state = [1, batch, H]
-    graph = helper.make_graph(
+    return helper.make_graph(
         [node],
         "lstm_step",
         [
@@ -59,9 +59,6 @@ def model(batch, rng):
         ],
         inits,
     )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    onnx.checker.check_model(m)
-    return m
 
 
 def main():
@@ -71,14 +68,7 @@ def main():
     rng = np.random.default_rng(0)
     print(f"onnxruntime {ort.__version__}, {args.threads} threads, H = {H}, f32")
     for batch in [1, 8]:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = args.threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        sess = ort.InferenceSession(
-            model(batch, rng).SerializeToString(), opts, providers=["CPUExecutionProvider"]
-        )
+        sess = ort_session(model(batch, rng), args.threads)
         feeds = {
             name: rng.standard_normal((1, batch, H)).astype(np.float32)
             for name in ["X", "h0", "c0"]

@@ -59,6 +59,24 @@ def median_us(fn, rounds=50, calls=100, warmup_s=1.0):
     return means[len(means) // 2]
 
 
+def ort_session(graph, threads):
+    """`graph` as a checked ONNX model (opset 14) in an ONNX Runtime CPU session: `threads`
+    intra-op threads, one inter-op thread, sequential execution, every graph optimisation.
+    (ONNX and ONNX Runtime are imported here, so that the PyTorch companions need neither.)"""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    onnx.checker.check_model(m)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
 def selected(name, only):
     """Whether configuration `name` is in `only` (comma-separated substrings; None: all)."""
     return only is None or any(s in name for s in only.split(","))
