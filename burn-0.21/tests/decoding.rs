@@ -5,7 +5,9 @@
 
 use burn::backend::{Flex, NdArray};
 use burn::tensor::{Distribution, Tensor};
-use burn_fused_rnn::{FusedRnn, FusedRnnBackend, FusedRnnConfig, RnnMode, RnnState};
+use burn_fused_rnn::{
+    with_step_split, FusedRnn, FusedRnnBackend, FusedRnnConfig, RnnMode, RnnState,
+};
 
 /// The largest difference between stepping `module` over `x` and its `forward`.
 fn step_vs_forward<B: FusedRnnBackend>(module: &FusedRnn<B>, x: &Tensor<B, 3>) -> f64 {
@@ -177,4 +179,54 @@ fn forward_keeps_flat_weights_only_while_they_hold_ndarray() {
 #[test]
 fn forward_keeps_flat_weights_only_while_they_hold_flex() {
     forward_keeps_flat_weights_only_while_they_hold::<Flex>("flex");
+}
+
+/// A decoding step whose product splits over two threads (the core crate's Note [A step
+/// over two threads]) matches the forward over the whole sequence computed without the
+/// split, for modes, sizes and backends where the step splits by itself and where it is
+/// forced to.
+fn split_steps_match_the_forward<B: FusedRnnBackend>(backend: &str) {
+    let device = B::Device::default();
+    B::seed(&device, 11);
+    for (mode, hidden, layers) in [
+        (RnnMode::Lstm, 256, 1),
+        (RnnMode::Gru, 200, 2),
+        (RnnMode::RnnTanh, 96, 1),
+    ] {
+        let module: FusedRnn<B> = FusedRnnConfig::new(mode, 24, hidden)
+            .with_num_layers(layers)
+            .init(&device);
+        let x = Tensor::<B, 3>::random([1, 6, 24], Distribution::Default, &device);
+        let [_, seq, _] = x.dims();
+        for forced in [None, Some(true)] {
+            let decoder = module.prepare();
+            let mut state: Option<RnnState<B>> = None;
+            let mut outputs = Vec::new();
+            for t in 0..seq {
+                let x_t = x.clone().narrow(1, t, 1).squeeze_dim(1);
+                let (y_t, next) = match forced {
+                    Some(split) => with_step_split(split, || decoder.step(x_t, state)),
+                    None => decoder.step(x_t, state),
+                };
+                outputs.push(y_t.unsqueeze_dim(1));
+                state = Some(next);
+            }
+            let (y, _) = with_step_split(false, || module.forward(x.clone(), None));
+            let worst = max_diff(Tensor::cat(outputs, 1), y);
+            assert!(
+                worst < 1e-5,
+                "{backend} {mode:?} H{hidden} L{layers}, split {forced:?}: |step - forward| = {worst}"
+            );
+        }
+    }
+}
+
+#[test]
+fn split_steps_match_the_forward_ndarray() {
+    split_steps_match_the_forward::<NdArray>("NdArray");
+}
+
+#[test]
+fn split_steps_match_the_forward_flex() {
+    split_steps_match_the_forward::<Flex>("Flex");
 }

@@ -30,7 +30,12 @@
 //! step products' weights asked for ahead or not: Note [Next chunk ahead]), `avx512`,
 //! `avx2` or `portable` (the SIMD level), `nodx` or `nodw` (a `train` pass without `x`'s
 //! gradient, as for a layer that reads data, or without the weights', as for a frozen
-//! layer: Note [Gradients not wanted]).
+//! layer: Note [Gradients not wanted]), `split1` or `split0` (a one-row inference step's
+//! panels split with a thread of the pool or not: Note [A step over two threads]).
+//!
+//! `CACHED=1` gives the `fwd` passes the weights' owner, so that they pack the weights once
+//! and take them from the cache after (Note [Packed weights across calls]), as a decoding
+//! loop through the front-ends does. Times under 1 ms print in µs.
 
 use std::cell::Cell;
 use std::time::Instant;
@@ -40,6 +45,7 @@ use burn_fused_rnn_core::cpu::projection::{
     InputProjection,
 };
 use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
+use burn_fused_rnn_core::cpu::split::with_step_split;
 use burn_fused_rnn_core::cpu::{self, HostInputs, OutputGrads};
 use burn_fused_rnn_core::random::SplitMix64;
 use burn_fused_rnn_core::{DropoutSpec, GradsWanted, RnnDescriptor, RnnMode, RnnSpec};
@@ -111,6 +117,8 @@ struct Variant {
     wanted: GradsWanted,
     /// The next chunk asked for ahead or not (`pf1`, `pf0`: Note [Next chunk ahead]).
     ahead: Option<bool>,
+    /// One-row steps split over two threads or not (`split1`, `split0`).
+    split: Option<bool>,
 }
 
 impl Variant {
@@ -123,6 +131,7 @@ impl Variant {
             level: None,
             wanted: GradsWanted::ALL,
             ahead: None,
+            split: None,
         };
         for setting in variant.name.clone().split('+') {
             if setting == "auto" {
@@ -140,6 +149,12 @@ impl Variant {
                 _ => None,
             }) {
                 variant.ahead = Some(on);
+            } else if let Some(on) = setting.strip_prefix("split").and_then(|v| match v {
+                "0" => Some(false),
+                "1" => Some(true),
+                _ => None,
+            }) {
+                variant.split = Some(on);
             } else if setting == "nodx" {
                 variant.wanted.x = false;
             } else if setting == "nodw" {
@@ -150,7 +165,7 @@ impl Variant {
                 variant.block = Some(b);
             } else {
                 panic!(
-                    "VARIANTS: expected auto, fused, ahead, k<N>, b<N>, pf0, pf1, avx512, avx2, portable, nodx or nodw, got {setting}"
+                    "VARIANTS: expected auto, fused, ahead, k<N>, b<N>, pf0, pf1, split0, split1, avx512, avx2, portable, nodx or nodw, got {setting}"
                 );
             }
         }
@@ -165,6 +180,10 @@ impl Variant {
         };
         let f = || match self.ahead {
             Some(on) => with_next_chunk_ahead(on, f),
+            None => f(),
+        };
+        let f = || match self.split {
+            Some(on) => with_step_split(on, f),
             None => f(),
         };
         let f = || match self.block {
@@ -182,6 +201,14 @@ impl Variant {
     }
 }
 
+/// `ms` in ms with three decimals, or under 1 ms in µs with one.
+fn time(ms: f64) -> String {
+    match ms < 1.0 {
+        true => format!("{:.1} µs", ms * 1e3),
+        false => format!("{ms:.3}"),
+    }
+}
+
 /// The median of `times` (sorted in place).
 fn median(times: &mut [f64]) -> f64 {
     times.sort_by(f64::total_cmp);
@@ -190,6 +217,9 @@ fn median(times: &mut [f64]) -> f64 {
 
 fn main() {
     let faults = std::env::var("FAULTS").is_ok_and(|v| v == "1");
+    let owner = std::env::var("CACHED")
+        .is_ok_and(|v| v == "1")
+        .then_some(&());
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: kernel_times <runs> <mode,H,B,T,pass[,layers[,bi]]>...";
     let runs: usize = args.first().and_then(|r| r.parse().ok()).expect(usage);
@@ -214,7 +244,7 @@ fn main() {
             let start = Instant::now();
             match pass.as_str() {
                 "fwd" => {
-                    std::hint::black_box(cpu::forward(&desc, &inputs, None::<&()>, false, false));
+                    std::hint::black_box(cpu::forward(&desc, &inputs, owner, false, false));
                 }
                 "fwdtrain" => {
                     std::hint::black_box(cpu::forward(&desc, &inputs, None::<&()>, true, false));
@@ -256,9 +286,9 @@ fn main() {
             let mut line = spec.to_string();
             for (v, variant) in variants.iter().enumerate() {
                 line += &format!(
-                    " {} {:.3} ({:.3})",
+                    " {} {} ({:.3})",
                     variant.name,
-                    median(&mut times[v]),
+                    time(median(&mut times[v])),
                     median(&mut ratios[v])
                 );
             }
@@ -279,11 +309,11 @@ fn main() {
         let faulted = minor_faults().saturating_sub(faults_before);
         match faults {
             true => println!(
-                "{spec} {:.3} ({} faults per run)",
-                median(&mut times),
+                "{spec} {} ({} faults per run)",
+                time(median(&mut times)),
                 faulted / runs.max(1) as u64
             ),
-            false => println!("{spec} {:.3}", median(&mut times)),
+            false => println!("{spec} {}", time(median(&mut times))),
         }
     }
 }

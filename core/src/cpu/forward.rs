@@ -32,6 +32,7 @@
 
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
+use std::sync::{Arc, Mutex};
 
 use super::aligned::Aligned;
 use super::cell;
@@ -41,8 +42,11 @@ use super::packed::{tile_rows, Lane, Packed, ProjectRows, MAX_ROWS, SLOTS};
 use super::plan::{dropped, state_of, CellWeights, Inputs, PackedScan, Plan, ReserveLayout};
 use super::projection::{self, CacheSizes, InputProjection};
 use super::recycle::{self, Kept, Scratch};
-use super::schedule::{direction_threads, gemm_threads, per_direction, scan_threads};
-use super::simd::{dispatch, has_fma};
+use super::schedule::{
+    direction_threads, forward_on_caller, gemm_threads, per_direction, scan_threads, split_step,
+};
+use super::simd::{dispatch, has_fma, SimdLevel};
+use super::split::{split, Panels};
 use crate::reserve::ReserveTag;
 use crate::spec::RnnMode;
 
@@ -150,8 +154,9 @@ struct Direction<'a, T> {
     h0: Option<&'a [T]>,
     c0: Option<&'a [T]>,
     threads: usize,
-    /// The weights packed by the caller, if it has them.
-    packed: Option<&'a PackedScan<T>>,
+    /// The weights packed by the caller, if it has them: every pseudo-layer's, and this
+    /// one's index.
+    packed: Option<(&'a Arc<Vec<PackedScan<T>>>, usize)>,
 }
 
 /// What a scan of some rows of the batch carries from step to step, and its per-step
@@ -198,6 +203,10 @@ struct Shared<'a, T> {
     cache: CacheSizes,
     /// Threads of each part's GEMMs.
     gemm_threads: usize,
+    /// Every pseudo-layer's packed weights and this one's index, where a step of one row
+    /// splits its panels with a thread of the pool (Note [A step over two threads] in
+    /// `super::split`).
+    split: Option<(&'a Arc<Vec<PackedScan<T>>>, usize)>,
 }
 
 /// The projected input rows of a block of steps (Note [Input projection]), on cache lines
@@ -276,13 +285,9 @@ impl<T: Lane + Kept> Direction<'_, T> {
         let (chunk, projection) = scan_shape(plan, self.in_size, skip, size_of::<T>());
         let ahead = projection == InputProjection::Ahead;
         let owned;
-        let PackedScan {
-            scan: packed,
-            input: w_ih,
-            bias,
-            b_hn,
-        } = match self.packed {
-            Some(packed) => {
+        let (all, index) = match self.packed {
+            Some((all, index)) => {
+                let packed = &all[index];
                 // The cache packs for the same choice (its key holds it).
                 assert_eq!(
                     (packed.scan.ka == 0, packed.input.is_some()),
@@ -290,13 +295,19 @@ impl<T: Lane + Kept> Direction<'_, T> {
                     "packed weights: expected W_ih in the scan's weights exactly when the \
                      input is not projected ahead, and packed apart exactly when it is"
                 );
-                packed
+                (all, index)
             }
             None => {
-                owned = plan.pack_scan(&self.w, self.in_size, ahead);
-                &owned
+                owned = Arc::new(vec![plan.pack_scan(&self.w, self.in_size, ahead)]);
+                (&owned, 0)
             }
         };
+        let PackedScan {
+            scan: packed,
+            input: w_ih,
+            bias,
+            b_hn,
+        } = &all[index];
         let mut out: Vec<Option<&mut [T]>> = out.into_iter().map(Some).collect();
         let mut gate_rows: Vec<Option<&mut [T]>> = match TRAIN {
             true => gates.chunks_mut(plan.gate_width()).map(Some).collect(),
@@ -332,6 +343,17 @@ impl<T: Lane + Kept> Direction<'_, T> {
             w_ih: w_ih.as_ref(),
             cache: CacheSizes::detected(),
             gemm_threads: if jobs.len() > 1 { 1 } else { self.threads },
+            // A part of one row has the direction's threads (a batch of one is one part).
+            split: {
+                let threads = match forward_on_caller(plan) {
+                    // Planned for the caller's thread alone; the pool is free.
+                    true => rayon::current_num_threads(),
+                    false => self.threads,
+                };
+                let step = !TRAIN && batch == 1 && self.w.w_hr.is_none();
+                let k = packed.ka + packed.kb;
+                (step && split_step(plan, threads, packed.n, k)).then_some((all, index))
+            },
         };
         let finals: Vec<(Vec<T>, Option<Vec<T>>)> = if jobs.len() > 1 {
             jobs.into_par_iter()
@@ -441,6 +463,7 @@ impl<T: Lane + Kept> Direction<'_, T> {
             // while this block's steps run on another.
             let alone = Shared {
                 gemm_threads: 1,
+                split: None,
                 ..*shared
             };
             let mut upcoming = buffers();
@@ -581,17 +604,26 @@ impl<T: Lane + Kept> Direction<'_, T> {
                         }
                     }),
             );
-            FusedStep::<'_, '_, T, TRAIN> {
-                rows: &mut items,
-                lhs: &mut scan.lhs,
-                packed: shared.packed,
-                mode: plan.spec.mode,
-                h,
-                skip: self.w.w_ih.is_none(),
-                bias: shared.bias,
-                b_hn: shared.b_hn,
+            let skip = self.w.w_ih.is_none();
+            match shared.split {
+                // Note [A step over two threads] in `super::split`.
+                Some((all, index)) if !TRAIN && items.len() == 1 && items[0].valid => {
+                    let job = RowJob::new(&items[0], plan, (all, index), skip);
+                    job.run(&mut items[0], &mut scan.lhs);
+                }
+                _ => FusedStep::<'_, '_, T, TRAIN> {
+                    rows: &mut items,
+                    lhs: &mut scan.lhs,
+                    packed: shared.packed,
+                    mode: plan.spec.mode,
+                    h,
+                    skip,
+                    bias: shared.bias,
+                    b_hn: shared.b_hn,
+                    panels: Panels::All,
+                }
+                .with_simd(simd),
             }
-            .with_simd(simd);
             scan.spare = recycled(items);
         }
         if let Some(w_hr) = proj {
@@ -668,6 +700,8 @@ struct FusedStep<'r, 'a, T, const TRAIN: bool> {
     skip: bool,
     bias: &'r [T],
     b_hn: &'r [T],
+    /// The panels this thread computes (Note [A step over two threads] in `super::split`).
+    panels: Panels<'r>,
 }
 
 impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
@@ -684,6 +718,7 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
             skip,
             bias,
             b_hn,
+            panels,
         } = self;
         // Past a sequence's end: hold the state, output zero (Note [Padding never leaks] in
         // `crate::reference`); the product of such a row is computed with the rest of its
@@ -790,7 +825,136 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
                 }
             }
         };
-        packed.tiles_ready(simd, ready, lhs, epilogue);
+        packed.tiles_ready_of(simd, ready, lhs, panels, epilogue);
+    }
+}
+
+/// A one-row inference step's panels for a thread of the pool (Note [A step over two
+/// threads] in `super::split`): what the step reads, by value or shared, and the buffers
+/// where the worker writes its units.
+struct RowJob<T> {
+    weights: Arc<Vec<PackedScan<T>>>,
+    index: usize,
+    level: SimdLevel,
+    mode: RnnMode,
+    h: usize,
+    skip: bool,
+    x: Vec<T>,
+    xw: Option<Vec<T>>,
+    prev: Vec<T>,
+    out: Mutex<RowOut<T>>,
+}
+
+/// What the worker of a [`RowJob`] writes: its units of the row's next state, output and
+/// cell state, and its own laid-out row and scratch.
+struct RowOut<T> {
+    next: Vec<T>,
+    y: Vec<T>,
+    cell: Option<Vec<T>>,
+    lhs: Aligned<T>,
+}
+
+impl<T: Lane> RowJob<T> {
+    /// The job of `row`, a step of `plan`'s call (`skip`: the layer has no `W_ih`), whose
+    /// weights are `weights[index]`.
+    fn new(
+        row: &StepRow<'_, T>,
+        plan: &Plan<'_>,
+        (weights, index): (&Arc<Vec<PackedScan<T>>>, usize),
+        skip: bool,
+    ) -> Self {
+        Self {
+            weights: Arc::clone(weights),
+            index,
+            level: plan.level,
+            mode: plan.spec.mode,
+            h: plan.h,
+            skip,
+            x: row.x.to_vec(),
+            xw: row.xw.map(<[T]>::to_vec),
+            prev: row.prev.to_vec(),
+            out: Mutex::new(RowOut {
+                next: vec![T::ZERO; row.next.len()],
+                y: vec![T::ZERO; row.out.len()],
+                cell: row.cell.as_deref().map(<[T]>::to_vec),
+                lhs: Aligned::default(),
+            }),
+        }
+    }
+
+    /// Computes `row`'s step on this thread with a thread of the pool, and copies the
+    /// worker's units into `row`.
+    fn run(self, row: &mut StepRow<'_, T>, lhs: &mut Aligned<T>) {
+        let weights = Arc::clone(&self.weights);
+        let PackedScan {
+            scan, bias, b_hn, ..
+        } = &weights[self.index];
+        let (level, mode, h, skip) = (self.level, self.mode, self.h, self.skip);
+        let panels = scan.panels();
+        // Shares of about an eighth of the panels: few claims, and at most an eighth to
+        // wait for at the end.
+        let grain = panels.div_ceil(8);
+        // Through `dispatch` again: this closure is not compiled for the level (Note [SIMD
+        // levels] in `super::simd`).
+        let (job, from) = split(self, panels, grain, Self::back, |claimed| {
+            dispatch(
+                level,
+                FusedStep::<'_, '_, T, false> {
+                    rows: core::slice::from_mut(row),
+                    lhs,
+                    packed: scan,
+                    mode,
+                    h,
+                    skip,
+                    bias,
+                    b_hn,
+                    panels: claimed,
+                },
+            )
+        });
+        let lo = (from * scan.per_panel()).min(h);
+        if lo < h {
+            let theirs = job.job.out.lock().expect("a worker's step never panics");
+            row.next[lo..].copy_from_slice(&theirs.next[lo..]);
+            row.out[lo..].copy_from_slice(&theirs.y[lo..]);
+            if let (Some(cell), Some(c)) = (row.cell.as_deref_mut(), &theirs.cell) {
+                cell[lo..].copy_from_slice(&c[lo..]);
+            }
+        }
+    }
+
+    /// The worker's panels: those `panels` claims from the back.
+    fn back(&self, panels: Panels<'_>) {
+        let mut out = self.out.lock().expect("only the worker writes");
+        let RowOut { next, y, cell, lhs } = &mut *out;
+        let PackedScan {
+            scan, bias, b_hn, ..
+        } = &self.weights[self.index];
+        let mut row = StepRow {
+            valid: true,
+            x: &self.x,
+            xw: self.xw.as_deref(),
+            gate: None,
+            prev: &self.prev,
+            next,
+            cell: cell.as_deref_mut(),
+            m: None,
+            out: y,
+        };
+        dispatch(
+            self.level,
+            FusedStep::<'_, '_, T, false> {
+                rows: core::slice::from_mut(&mut row),
+                lhs,
+                packed: scan,
+                mode: self.mode,
+                h: self.h,
+                skip: self.skip,
+                bias,
+                b_hn,
+                panels,
+            },
+        );
     }
 }
 
@@ -903,7 +1067,7 @@ pub(crate) fn forward<T: Lane + Kept>(
                         h0: state_of(inputs.h0, layer * nd + d, batch * p),
                         c0: state_of(inputs.c0, layer * nd + d, batch * h),
                         threads: direction_threads(plan),
-                        packed: inputs.packed.map(|all| &all[layer * nd + d]),
+                        packed: inputs.packed.map(|all| (all, layer * nd + d)),
                     };
                     (dir, gates, out)
                 })

@@ -20,8 +20,9 @@
 //! - **Threads from rayon's pool** (sized by `RAYON_NUM_THREADS`, else the cores): the
 //!   two directions of a layer run concurrently; the forward gives each thread some
 //!   sequences to scan whole, the backward splits a step's rows when the step is big
-//!   enough, and the large GEMMs split too. Nothing is spawned per call or
-//!   per step.
+//!   enough, and the large GEMMs split too; a large step of one sequence splits its
+//!   product's panels with a second thread (Note [A step over two threads] in `split`),
+//!   the one job spawned per call or per step.
 //! - **SIMD** (Note [SIMD levels] in `simd`): every loop is written once over pulp's
 //!   vector types or as plain slices, and runs at AVX-512, AVX2 or a portable level, picked
 //!   once per call (forced in the tests, so that every level runs on every machine), with
@@ -70,6 +71,7 @@ pub mod projection;
 mod recycle;
 mod schedule;
 pub mod simd;
+pub mod split;
 
 pub use backward::{Grads, OutputGrads};
 pub use forward::Outputs;
@@ -130,7 +132,10 @@ pub struct HostInputs<'a, T> {
 }
 
 impl<'a, T> HostInputs<'a, T> {
-    fn plan_inputs(&self, packed: Option<&'a [plan::PackedScan<T>]>) -> plan::Inputs<'a, T> {
+    fn plan_inputs(
+        &self,
+        packed: Option<&'a std::sync::Arc<Vec<plan::PackedScan<T>>>>,
+    ) -> plan::Inputs<'a, T> {
         plan::Inputs {
             x: self.x,
             h0: self.h0,
@@ -175,7 +180,7 @@ pub fn forward<T: Element, W: Clone + Send + Sync + 'static>(
         }
         _ => None,
     };
-    let host = inputs.plan_inputs(packed.as_deref().map(Vec::as_slice));
+    let host = inputs.plan_inputs(packed.as_ref());
     if on_caller {
         forward::forward(&plan, &host, training, half)
     } else {
@@ -301,6 +306,87 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A one-row inference step whose panels split with a thread of the pool (Note [A step
+    /// over two threads] in `split`) computes the same bits as the step on one thread: every
+    /// mode, a last panel of fewer units, skip input, two layers, one step (the product
+    /// over `[x | h]`) and several (the input projected ahead, read in place), at every
+    /// SIMD level, with the packed weights cached and not; and the worker's share ran.
+    #[test]
+    fn a_step_split_over_two_threads_computes_the_same_bits() {
+        use super::simd::{with_simd_level, SimdLevel};
+        use super::split::{with_step_split, WORKER_PANELS};
+        use std::sync::Arc;
+        let mut worker = 0;
+        for (mode, hidden, skip_input, steps) in [
+            (RnnMode::Lstm, 300, false, 1),
+            (RnnMode::Lstm, 300, false, 3),
+            (RnnMode::Gru, 260, false, 1),
+            (RnnMode::Gru, 260, true, 2),
+            (RnnMode::RnnTanh, 500, false, 1),
+            (RnnMode::RnnRelu, 450, true, 1),
+        ] {
+            let spec = RnnSpec {
+                num_layers: 2,
+                skip_input,
+                ..RnnSpec::new(mode, hidden, hidden)
+            };
+            let desc = RnnDescriptor::new(spec, steps, 1, false, None, DropoutSpec::NONE);
+            let x = values(desc.input_shape().iter().product(), 1);
+            let h0 = values(desc.hidden_shape().iter().product(), 2);
+            let c0 = values(desc.cell_shape().iter().product(), 3);
+            // Weights small enough that the ReLU RNN stays bounded over the steps.
+            let w: Arc<Vec<f64>> = Arc::new(
+                values(desc.params_size(), 4)
+                    .iter()
+                    .map(|v| v * 0.05)
+                    .collect(),
+            );
+            let inputs = super::HostInputs {
+                x: &x,
+                h0: Some(&h0),
+                c0: mode.has_cell_state().then_some(&c0[..]),
+                w: &w,
+            };
+            for level in SimdLevel::available() {
+                // The outputs, and the panels workers computed for the splits this thread
+                // made (a call of one step, on this thread; one of several steps moves
+                // into the pool, which sees the choice forced here through its plan).
+                let run = |split: bool, owner: Option<&Arc<Vec<f64>>>| {
+                    let before = WORKER_PANELS.with(|n| n.get());
+                    let out = with_simd_level(level, || {
+                        with_step_split(split, || {
+                            let (out, _) = super::forward(&desc, &inputs, owner, false, false);
+                            [out.y, out.h_n, out.c_n.unwrap_or_default()]
+                        })
+                    });
+                    (out, WORKER_PANELS.with(|n| n.get()) - before)
+                };
+                let (alone, none) = run(false, None);
+                assert_eq!(none, 0, "a step not split");
+                for owner in [None, Some(&w)] {
+                    for round in 0..10 {
+                        let (split, theirs) = run(true, owner);
+                        worker += theirs;
+                        assert_eq!(
+                            split,
+                            alone,
+                            "{mode:?} H{hidden} skip {skip_input} T{steps}, {level:?}, \
+                             cached {}, round {round}",
+                            owner.is_some()
+                        );
+                    }
+                }
+            }
+        }
+        // A pool of one thread on one core may never get to the job before the caller is done.
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+            assert!(
+                worker > 0,
+                "no worker computed a panel: the split never split"
+            );
         }
     }
 

@@ -43,6 +43,7 @@ use super::gemm::prefetch_l2;
 use super::projection::{CacheSizes, ForcedChunks};
 use super::recycle::{Kept, Scratch};
 use super::simd::{dispatch, SimdLevel};
+use super::split::Panels;
 
 /// An element type with SIMD vectors at every level: `f32` or `f64`.
 pub trait Lane: Float + Kept {
@@ -593,6 +594,11 @@ impl<T: Lane> Packed<T> {
         }
     }
 
+    /// Panels of the packed matrix.
+    pub(crate) fn panels(&self) -> usize {
+        self.panels
+    }
+
     /// Units (for [`Packed::gates`]) or columns (for [`Packed::columns`]) per panel.
     pub(crate) fn per_panel(&self) -> usize {
         match self.layout {
@@ -690,7 +696,8 @@ impl<T: Lane> Packed<T> {
     }
 
     /// Computes the product of `rows` rows, laid out in `lhs` by
-    /// [`Packed::lay_out_rows`], with `M^T`, one tile at a time, panel by panel, and hands
+    /// [`Packed::lay_out_rows`], with `M^T`, one tile at a time, panel by panel (those
+    /// `panels` claims: Note [A step over two threads] in `super::split`), and hands
     /// each tile to `epilogue(first_row, tile_rows, panel, values)`, where
     /// `values[r · 4L + s · L + lane]` is slot `s`, lane `lane` of row `first_row + r` (what
     /// that is: [`PanelLayout`]).
@@ -707,6 +714,7 @@ impl<T: Lane> Packed<T> {
         simd: S,
         lhs: &mut [T],
         rows: usize,
+        panels: Panels<'_>,
         epilogue: impl FnMut(usize, usize, usize, &[T]),
     ) {
         assert_eq!(
@@ -715,7 +723,7 @@ impl<T: Lane> Packed<T> {
             "rows laid out for this product"
         );
         let (lhs, scratch) = lhs.split_at_mut(rows * (self.ka + self.kb));
-        self.tiles_of::<S>(simd, lhs, scratch, rows, epilogue)
+        self.tiles_in::<S>(simd, lhs, scratch, rows, panels, epilogue)
     }
 
     /// Gets `rows` rows ready for [`Packed::tiles_ready`] (`row(r)` as for
@@ -755,9 +763,23 @@ impl<T: Lane> Packed<T> {
         lhs: &mut Aligned<T>,
         epilogue: impl FnMut(usize, usize, usize, &[T]),
     ) {
+        self.tiles_ready_of(simd, ready, lhs, Panels::All, epilogue)
+    }
+
+    /// [`Packed::tiles_ready`] over the panels `panels` claims (Note [A step over two
+    /// threads] in `super::split`).
+    #[inline(always)]
+    pub(crate) fn tiles_ready_of<S: Simd>(
+        &self,
+        simd: S,
+        ready: Ready<'_, T>,
+        lhs: &mut Aligned<T>,
+        panels: Panels<'_>,
+        epilogue: impl FnMut(usize, usize, usize, &[T]),
+    ) {
         match ready {
-            Ready::InPlace(row) => self.tiles_of_row(simd, row, lhs, epilogue),
-            Ready::LaidOut(rows) => self.tiles(simd, lhs, rows, epilogue),
+            Ready::InPlace(row) => self.tiles_of_row(simd, row, lhs, panels, epilogue),
+            Ready::LaidOut(rows) => self.tiles(simd, lhs, rows, panels, epilogue),
         }
     }
 
@@ -788,6 +810,7 @@ impl<T: Lane> Packed<T> {
         simd: S,
         row: &[T],
         scratch: &mut Aligned<T>,
+        panels: Panels<'_>,
         epilogue: impl FnMut(usize, usize, usize, &[T]),
     ) {
         assert_eq!(self.ka, 0, "a row read in place: expected no input segment");
@@ -798,7 +821,7 @@ impl<T: Lane> Packed<T> {
             row.len()
         );
         scratch.resize(scratch_len(1), T::ZERO);
-        self.tiles_of::<S>(simd, &row[..self.kb], scratch, 1, epilogue)
+        self.tiles_in::<S>(simd, &row[..self.kb], scratch, 1, panels, epilogue)
     }
 
     /// [`Packed::tiles`] with the rows laid out in `lhs` (exactly `rows` of them) and the
@@ -814,6 +837,20 @@ impl<T: Lane> Packed<T> {
         lhs: &[T],
         scratch: &mut [T],
         rows: usize,
+        epilogue: impl FnMut(usize, usize, usize, &[T]),
+    ) {
+        self.tiles_in::<S>(simd, lhs, scratch, rows, Panels::All, epilogue)
+    }
+
+    /// [`Packed::tiles_of`] over the panels `panels` claims, a share at a time.
+    #[inline(always)]
+    fn tiles_in<S: Simd>(
+        &self,
+        simd: S,
+        lhs: &[T],
+        scratch: &mut [T],
+        rows: usize,
+        panels: Panels<'_>,
         mut epilogue: impl FnMut(usize, usize, usize, &[T]),
     ) {
         assert_eq!(
@@ -833,9 +870,9 @@ impl<T: Lane> Packed<T> {
         let split = ka * va * self.lanes;
         let width = SLOTS * self.lanes;
         if self.k_chunk < k {
-            return self.tiles_chunked::<S>(simd, lhs, scratch, rows, epilogue);
+            return self.tiles_chunked::<S>(simd, lhs, scratch, rows, panels, epilogue);
         }
-        for j in 0..self.panels {
+        for j in panels.shares(self.panels).flatten() {
             let panel = &self.data[j * panel_len..(j + 1) * panel_len];
             let (pa, pb) = panel.split_at(split);
             let (pa, pb) = (T::vectors::<S>(pa), T::vectors::<S>(pb));
@@ -909,6 +946,7 @@ impl<T: Lane> Packed<T> {
         lhs: &[T],
         scratch: &mut [T],
         rows: usize,
+        panels: Panels<'_>,
         mut epilogue: impl FnMut(usize, usize, usize, &[T]),
     ) {
         let rows_max = Self::tile_rows::<S>();
@@ -930,7 +968,7 @@ impl<T: Lane> Packed<T> {
         let ahead = self.asks_ahead(rows);
         let tiles = rows.div_ceil(rows_max);
         let line = (CACHE_LINE / core::mem::size_of::<T>()).max(1);
-        for j in 0..self.panels {
+        for j in panels.shares(self.panels).flatten() {
             let panel = &self.data[j * panel_len..(j + 1) * panel_len];
             let (pa, pb) = panel.split_at(split);
             let (pa, pb) = (T::vectors::<S>(pa), T::vectors::<S>(pb));
@@ -1451,7 +1489,7 @@ mod tests {
                     p.tiles_ready(simd, ready, &mut lhs, epilogue);
                 } else {
                     p.lay_out_rows::<S>(1, |_| (&[], self.row), &mut lhs);
-                    p.tiles(simd, &mut lhs, 1, epilogue);
+                    p.tiles(simd, &mut lhs, 1, Panels::All, epilogue);
                 }
                 out
             }
@@ -1712,6 +1750,7 @@ mod tests {
                     simd,
                     &mut lhs,
                     rows,
+                    Panels::All,
                     #[inline(always)]
                     |first, mr, j, values| {
                         for r in 0..mr {

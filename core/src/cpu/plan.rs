@@ -34,6 +34,7 @@
 //! `Σ_l (D·T·B·W + [l < L-1 or half] T·B·D·P)`, see [`reserve_len`].
 
 use core::ops::Range;
+use std::sync::Arc;
 
 use super::float::Float;
 use super::packed::{Lane, Packed};
@@ -69,6 +70,9 @@ pub(crate) struct Plan<'d> {
     /// The block of steps projected at once forced on the calling thread, if any (Note
     /// [Input projection] in `super::projection`).
     pub(crate) projection_block: Option<usize>,
+    /// Whether one-row steps split over two threads, forced on the calling thread, if so
+    /// (Note [A step over two threads] in `super::split`).
+    pub(crate) step_split: Option<bool>,
 }
 
 impl core::ops::Deref for Plan<'_> {
@@ -97,6 +101,7 @@ impl<'d> Plan<'d> {
             projection: InputProjection::forced(),
             chunks: ForcedChunks::current(),
             projection_block: super::projection::forced_projection_block(),
+            step_split: super::split::forced_step_split(),
         }
     }
 
@@ -321,7 +326,7 @@ pub(crate) struct Inputs<'a, T> {
     pub(crate) w: &'a [T],
     /// Each pseudo-layer's weights already packed (Note [Packed weights across calls] in
     /// `super::prepared`); packed per call when `None`.
-    pub(crate) packed: Option<&'a [PackedScan<T>]>,
+    pub(crate) packed: Option<&'a Arc<Vec<PackedScan<T>>>>,
 }
 
 /// A pseudo-layer's weights packed for its scan ([`Plan::pack_scan`]).

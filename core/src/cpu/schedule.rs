@@ -1,7 +1,8 @@
 //! How a call uses rayon's pool: which work splits over threads, and how.
 //!
 //! One pool for the process (rayon's global pool, sized by `RAYON_NUM_THREADS`, else the
-//! cores); nothing is spawned per call or per step. A call moves into the pool once
+//! cores); nothing is spawned per call or per step but a one-row step's second half (Note
+//! [A step over two threads] in `super::split`). A call moves into the pool once
 //! ([`in_pool`]); the two directions of a layer run side by side ([`per_direction`]),
 //! each with its share of the threads ([`direction_threads`]); the forward splits a batch
 //! into parts whose whole scans run side by side ([`scan_threads`], Note [Fused step] in
@@ -61,6 +62,11 @@ pub(crate) fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 ///   measured and not kept: 0.92–1.69× the time, ten of twelve paired rounds slower
 ///   (probably because the caller is one thread more than the pool, which has one per
 ///   core; not checked).
+///
+/// On the caller's thread, a decoding step large enough still uses a second thread: the
+/// caller computes its product's panels from one end while a worker of the pool, if one
+/// takes the job up in time, computes them from the other, and the caller never waits for
+/// a worker that has not begun (Note [A step over two threads] in `super::split`).
 ///
 /// The choice changes only which thread computes, never what: the kernel is the same code
 /// either way.
@@ -168,6 +174,26 @@ pub(crate) fn step_threads(threads: usize, batch: usize, gh: usize, k: usize) ->
         1
     }
 }
+
+/// Whether a one-row inference step of `plan` with `threads` threads for it splits its
+/// product of `gh` columns and `k` reductions with a thread of the pool (Note [A step over
+/// two threads] in `super::split`): where the plan has it forced
+/// ([`super::split::with_step_split`]), or where there are two threads and the product is
+/// at least [`SPLIT_STEP_WORK`] multiply-adds.
+pub(crate) fn split_step(plan: &Plan<'_>, threads: usize, gh: usize, k: usize) -> bool {
+    plan.step_split
+        .unwrap_or(threads > 1 && gh.saturating_mul(k) >= SPLIT_STEP_WORK)
+}
+
+/// The smallest step product (multiply-adds) that splits over two threads: the split costs
+/// a few microseconds (the job's copies, the hand-off, the last share's wait), which a step
+/// of about 9 µs on one thread repays. Measured on an AMD EPYC (Zen 4), the kernel alone
+/// (docs/BENCHMARKS.md, "A step over two threads"): an LSTM step at `H = 144` (165,888)
+/// took 0.81× its time split, at `H = 128` (131,072) 1.11×; a GRU's at `H = 160` (153,600)
+/// 0.82×, at `H = 128` (98,304) 1.24×; the tanh RNN's at `H = 256` (131,072) 1.09×. With
+/// `I = H` a step splits from `H = 137` (LSTM), `159` (GRU) and `274` (the one-gate RNNs);
+/// a step whose input was projected ahead reads `W_hh` alone, half the product.
+pub(crate) const SPLIT_STEP_WORK: usize = 150_000;
 
 /// Parts of a batch of `batch` sequences whose whole scans run side by side, one per
 /// thread (Note [Fused step] in `super::forward`): every sequence's recurrence is its own,
