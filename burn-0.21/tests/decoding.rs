@@ -11,18 +11,31 @@ use burn_fused_rnn::{
 
 /// The largest difference between stepping `module` over `x` and its `forward`.
 fn step_vs_forward<B: FusedRnnBackend>(module: &FusedRnn<B>, x: &Tensor<B, 3>) -> f64 {
+    split_step_vs_forward(module, x, None)
+}
+
+/// [`step_vs_forward`] with the steps' split over two threads forced (`Some`) or left to
+/// the kernel (`None`), against the forward without the split.
+fn split_step_vs_forward<B: FusedRnnBackend>(
+    module: &FusedRnn<B>,
+    x: &Tensor<B, 3>,
+    split: Option<bool>,
+) -> f64 {
     let [_, seq, _] = x.dims();
     let decoder = module.prepare();
     let mut state: Option<RnnState<B>> = None;
     let mut outputs = Vec::new();
     for t in 0..seq {
         let x_t = x.clone().narrow(1, t, 1).squeeze_dim(1);
-        let (y_t, next) = decoder.step(x_t, state);
+        let (y_t, next) = match split {
+            Some(split) => with_step_split(split, || decoder.step(x_t, state)),
+            None => decoder.step(x_t, state),
+        };
         outputs.push(y_t.unsqueeze_dim(1));
         state = Some(next);
     }
     let stepped = Tensor::cat(outputs, 1);
-    let (y, full) = module.forward(x.clone(), None);
+    let (y, full) = with_step_split(false, || module.forward(x.clone(), None));
     let state = state.expect("at least one step");
     let mut worst = max_diff(stepped, y).max(max_diff(state.hidden, full.hidden));
     if let (Some(a), Some(b)) = (state.cell, full.cell) {
@@ -197,22 +210,8 @@ fn split_steps_match_the_forward<B: FusedRnnBackend>(backend: &str) {
             .with_num_layers(layers)
             .init(&device);
         let x = Tensor::<B, 3>::random([1, 6, 24], Distribution::Default, &device);
-        let [_, seq, _] = x.dims();
         for forced in [None, Some(true)] {
-            let decoder = module.prepare();
-            let mut state: Option<RnnState<B>> = None;
-            let mut outputs = Vec::new();
-            for t in 0..seq {
-                let x_t = x.clone().narrow(1, t, 1).squeeze_dim(1);
-                let (y_t, next) = match forced {
-                    Some(split) => with_step_split(split, || decoder.step(x_t, state)),
-                    None => decoder.step(x_t, state),
-                };
-                outputs.push(y_t.unsqueeze_dim(1));
-                state = Some(next);
-            }
-            let (y, _) = with_step_split(false, || module.forward(x.clone(), None));
-            let worst = max_diff(Tensor::cat(outputs, 1), y);
+            let worst = split_step_vs_forward(&module, &x, forced);
             assert!(
                 worst < 1e-5,
                 "{backend} {mode:?} H{hidden} L{layers}, split {forced:?}: |step - forward| = {worst}"
