@@ -197,7 +197,7 @@ fn forward_keeps_flat_weights_only_while_they_hold_flex() {
 /// A decoding step whose product splits over two threads (the core crate's Note [A step
 /// over two threads]) matches the forward over the whole sequence computed without the
 /// split, for modes, sizes and backends where the step splits by itself and where it is
-/// forced to.
+/// forced to, for one sequence and for a batch of five.
 fn split_steps_match_the_forward<B: FusedRnnBackend>(backend: &str) {
     let device = B::Device::default();
     B::seed(&device, 11);
@@ -209,13 +209,17 @@ fn split_steps_match_the_forward<B: FusedRnnBackend>(backend: &str) {
         let module: FusedRnn<B> = FusedRnnConfig::new(mode, 24, hidden)
             .with_num_layers(layers)
             .init(&device);
-        let x = Tensor::<B, 3>::random([1, 6, 24], Distribution::Default, &device);
-        for forced in [None, Some(true)] {
-            let worst = split_step_vs_forward(&module, &x, forced);
-            assert!(
-                worst < 1e-5,
-                "{backend} {mode:?} H{hidden} L{layers}, split {forced:?}: |step - forward| = {worst}"
-            );
+        // One sequence, and a decoder's batch (its step splits the panels, not the rows).
+        for batch in [1, 5] {
+            let x = Tensor::<B, 3>::random([batch, 6, 24], Distribution::Default, &device);
+            for forced in [None, Some(true)] {
+                let worst = split_step_vs_forward(&module, &x, forced);
+                assert!(
+                    worst < 1e-5,
+                    "{backend} {mode:?} H{hidden} L{layers} B{batch}, split {forced:?}: \
+                     |step - forward| = {worst}"
+                );
+            }
         }
     }
 }

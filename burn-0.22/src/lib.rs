@@ -121,10 +121,11 @@ pub use burn_fused_rnn_core::cpu::projection::{with_input_projection, InputProje
 /// `BURN_FUSED_RNN_SIMD`, or forced on a thread with [`with_simd_level`].
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub use burn_fused_rnn_core::cpu::simd::{with_simd_level, SimdLevel};
-/// Runs a closure with the native CPU kernel's one-row inference steps (a decoding step,
-/// or each step of one sequence) splitting their product with a second thread of rayon's
-/// pool, or never (by default, with two threads or more and a product of at least 150,000
-/// multiply-adds, an LSTM from `H = 137`: the core crate's Note [A step over two threads];
+/// Runs a closure with the native CPU kernel's inference steps (a decoding step of up to 8
+/// sequences, or each step of one sequence) splitting their product with a second thread
+/// of rayon's pool, or never (by default, with two threads or more and a product of at
+/// least 150,000 multiply-adds, an LSTM of one sequence from `H = 137`: the core crate's
+/// Note [A step over two threads];
 /// for a process, `BURN_FUSED_RNN_STEP_SPLIT=0|1`). Only the time changes, never a result.
 pub use burn_fused_rnn_core::cpu::split::with_step_split;
 /// The spare training reserves of the native CPU kernel, kept for the next training forward

@@ -203,8 +203,8 @@ struct Shared<'a, T> {
     cache: CacheSizes,
     /// Threads of each part's GEMMs.
     gemm_threads: usize,
-    /// Every pseudo-layer's packed weights and this one's index, where a step of one row
-    /// splits its panels with a thread of the pool (Note [A step over two threads] in
+    /// Every pseudo-layer's packed weights and this one's index, where a step of its
+    /// few rows splits its panels with a thread of the pool (Note [A step over two threads] in
     /// `super::split`).
     split: Option<(&'a Arc<Vec<PackedScan<T>>>, usize)>,
 }
@@ -343,16 +343,16 @@ impl<T: Lane + Kept> Direction<'_, T> {
             w_ih: w_ih.as_ref(),
             cache: CacheSizes::detected(),
             gemm_threads: if jobs.len() > 1 { 1 } else { self.threads },
-            // A part of one row has the direction's threads (a batch of one is one part).
+            // A batch in one part has the direction's threads (a batch of one is one part).
             split: {
-                let threads = match forward_on_caller(plan) {
+                let threads = match forward_on_caller(plan, TRAIN) {
                     // Planned for the caller's thread alone; the pool is free.
                     true => rayon::current_num_threads(),
                     false => self.threads,
                 };
-                let step = !TRAIN && batch == 1 && self.w.w_hr.is_none();
+                let step = !TRAIN && jobs.len() == 1 && self.w.w_hr.is_none();
                 let k = packed.ka + packed.kb;
-                (step && split_step(plan, threads, packed.n, k)).then_some((all, index))
+                (step && split_step(plan, threads, batch, packed.n, k)).then_some((all, index))
             },
         };
         let finals: Vec<(Vec<T>, Option<Vec<T>>)> = if jobs.len() > 1 {
@@ -607,9 +607,9 @@ impl<T: Lane + Kept> Direction<'_, T> {
             let skip = self.w.w_ih.is_none();
             match shared.split {
                 // Note [A step over two threads] in `super::split`.
-                Some((all, index)) if !TRAIN && items.len() == 1 && items[0].valid => {
-                    let job = RowJob::new(&items[0], plan, (all, index), skip);
-                    job.run(&mut items[0], &mut scan.lhs);
+                Some((all, index)) if !TRAIN && items.iter().all(|r| r.valid) => {
+                    let job = RowJob::new(&items, plan, (all, index), skip);
+                    job.run(&mut items, &mut scan.lhs);
                 }
                 _ => FusedStep::<'_, '_, T, TRAIN> {
                     rows: &mut items,
@@ -829,9 +829,9 @@ impl<T: Lane, const TRAIN: bool> WithSimd for FusedStep<'_, '_, T, TRAIN> {
     }
 }
 
-/// A one-row inference step's panels for a thread of the pool (Note [A step over two
-/// threads] in `super::split`): what the step reads, by value or shared, and the buffers
-/// where the worker writes its units.
+/// An inference step's panels for a thread of the pool, over its few rows (Note [A step
+/// over two threads] in `super::split`): what the step reads, by value or shared, and the
+/// buffers where the worker writes its units.
 struct RowJob<T> {
     weights: Arc<Vec<PackedScan<T>>>,
     index: usize,
@@ -839,14 +839,17 @@ struct RowJob<T> {
     mode: RnnMode,
     h: usize,
     skip: bool,
+    /// The rows' inputs, projected inputs and states, one row after another.
     x: Vec<T>,
     xw: Option<Vec<T>>,
     prev: Vec<T>,
+    /// The lengths of one row's `x`, `xw`, state and output.
+    lens: [usize; 4],
     out: Mutex<RowOut<T>>,
 }
 
-/// What the worker of a [`RowJob`] writes: its units of the row's next state, output and
-/// cell state, and its own laid-out row and scratch.
+/// What the worker of a [`RowJob`] writes: its units of the rows' next states, outputs and
+/// cell states (one row after another), and its own laid-out rows and scratch.
 struct RowOut<T> {
     next: Vec<T>,
     y: Vec<T>,
@@ -855,14 +858,24 @@ struct RowOut<T> {
 }
 
 impl<T: Lane> RowJob<T> {
-    /// The job of `row`, a step of `plan`'s call (`skip`: the layer has no `W_ih`), whose
+    /// The job of `rows`, a step of `plan`'s call (`skip`: the layer has no `W_ih`), whose
     /// weights are `weights[index]`.
     fn new(
-        row: &StepRow<'_, T>,
+        rows: &[StepRow<'_, T>],
         plan: &Plan<'_>,
         (weights, index): (&Arc<Vec<PackedScan<T>>>, usize),
         skip: bool,
     ) -> Self {
+        let first = &rows[0];
+        let lens = [
+            first.x.len(),
+            first.xw.map_or(0, <[T]>::len),
+            first.prev.len(),
+            first.out.len(),
+        ];
+        fn gather<'r, R, T: Copy + 'r>(rows: &'r [R], f: impl Fn(&'r R) -> &'r [T]) -> Vec<T> {
+            rows.iter().flat_map(|r| f(r).iter().copied()).collect()
+        }
         Self {
             weights: Arc::clone(weights),
             index,
@@ -870,21 +883,27 @@ impl<T: Lane> RowJob<T> {
             mode: plan.spec.mode,
             h: plan.h,
             skip,
-            x: row.x.to_vec(),
-            xw: row.xw.map(<[T]>::to_vec),
-            prev: row.prev.to_vec(),
+            x: gather(rows, |r| r.x),
+            xw: first
+                .xw
+                .map(|_| gather(rows, |r| r.xw.expect("every row projected or none"))),
+            prev: gather(rows, |r| r.prev),
+            lens,
             out: Mutex::new(RowOut {
-                next: vec![T::ZERO; row.next.len()],
-                y: vec![T::ZERO; row.out.len()],
-                cell: row.cell.as_deref().map(<[T]>::to_vec),
+                next: vec![T::ZERO; rows.len() * first.next.len()],
+                y: vec![T::ZERO; rows.len() * lens[3]],
+                cell: first
+                    .cell
+                    .as_ref()
+                    .map(|_| gather(rows, |r| r.cell.as_deref().expect("every row or none"))),
                 lhs: Aligned::default(),
             }),
         }
     }
 
-    /// Computes `row`'s step on this thread with a thread of the pool, and copies the
-    /// worker's units into `row`.
-    fn run(self, row: &mut StepRow<'_, T>, lhs: &mut Aligned<T>) {
+    /// Computes `rows`' step on this thread with a thread of the pool, and copies the
+    /// worker's units into `rows`.
+    fn run(self, rows: &mut [StepRow<'_, T>], lhs: &mut Aligned<T>) {
         let weights = Arc::clone(&self.weights);
         let PackedScan {
             scan, bias, b_hn, ..
@@ -900,7 +919,7 @@ impl<T: Lane> RowJob<T> {
             dispatch(
                 level,
                 FusedStep::<'_, '_, T, false> {
-                    rows: core::slice::from_mut(row),
+                    rows: &mut *rows,
                     lhs,
                     packed: scan,
                     mode,
@@ -915,10 +934,13 @@ impl<T: Lane> RowJob<T> {
         let lo = (from * scan.per_panel()).min(h);
         if lo < h {
             let theirs = job.job.out.lock().expect("a worker's step never panics");
-            row.next[lo..].copy_from_slice(&theirs.next[lo..]);
-            row.out[lo..].copy_from_slice(&theirs.y[lo..]);
-            if let (Some(cell), Some(c)) = (row.cell.as_deref_mut(), &theirs.cell) {
-                cell[lo..].copy_from_slice(&c[lo..]);
+            let [_, _, p, o] = job.job.lens;
+            for (j, row) in rows.iter_mut().enumerate() {
+                row.next[lo..].copy_from_slice(&theirs.next[j * p + lo..(j + 1) * p]);
+                row.out[lo..].copy_from_slice(&theirs.y[j * o + lo..(j + 1) * o]);
+                if let (Some(cell), Some(c)) = (row.cell.as_deref_mut(), &theirs.cell) {
+                    cell[lo..].copy_from_slice(&c[j * h + lo..(j + 1) * h]);
+                }
             }
         }
     }
@@ -930,21 +952,28 @@ impl<T: Lane> RowJob<T> {
         let PackedScan {
             scan, bias, b_hn, ..
         } = &self.weights[self.index];
-        let mut row = StepRow {
-            valid: true,
-            x: &self.x,
-            xw: self.xw.as_deref(),
-            gate: None,
-            prev: &self.prev,
-            next,
-            cell: cell.as_deref_mut(),
-            m: None,
-            out: y,
-        };
+        let [x_len, xw_len, p, o] = self.lens;
+        let mut cells = cell.as_deref_mut().map(|c| c.chunks_mut(self.h));
+        let mut rows: Vec<StepRow<'_, T>> = next
+            .chunks_mut(p)
+            .zip(y.chunks_mut(o))
+            .enumerate()
+            .map(|(j, (next, out))| StepRow {
+                valid: true,
+                x: &self.x[j * x_len..(j + 1) * x_len],
+                xw: self.xw.as_deref().map(|v| &v[j * xw_len..(j + 1) * xw_len]),
+                gate: None,
+                prev: &self.prev[j * p..(j + 1) * p],
+                next,
+                cell: cells.as_mut().and_then(Iterator::next),
+                m: None,
+                out,
+            })
+            .collect();
         dispatch(
             self.level,
             FusedStep::<'_, '_, T, false> {
-                rows: core::slice::from_mut(&mut row),
+                rows: &mut rows,
                 lhs,
                 packed: scan,
                 mode: self.mode,

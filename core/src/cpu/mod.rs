@@ -170,7 +170,7 @@ pub fn forward<T: Element, W: Clone + Send + Sync + 'static>(
 ) -> (Outputs<T>, Option<Vec<T>>) {
     let mut plan = Plan::new(desc);
     // A call on the caller's thread plans for that one thread.
-    let on_caller = schedule::forward_on_caller(&plan);
+    let on_caller = schedule::forward_on_caller(&plan, training);
     if on_caller {
         plan.threads = 1;
     }
@@ -309,31 +309,35 @@ mod tests {
         }
     }
 
-    /// A one-row inference step whose panels split with a thread of the pool (Note [A step
-    /// over two threads] in `split`) computes the same bits as the step on one thread: every
-    /// mode, a last panel of fewer units, skip input, two layers, one step (the product
-    /// over `[x | h]`) and several (the input projected ahead, read in place), at every
-    /// SIMD level, with the packed weights cached and not; and the worker's share ran.
+    /// An inference step whose panels split with a thread of the pool (Note [A step over two
+    /// threads] in `split`) computes the same bits as the step on one thread: every mode, a
+    /// last panel of fewer units, skip input, two layers, one step (the product over
+    /// `[x | h]`) of one row and of 2 to 8 rows, and several steps of one row (the input
+    /// projected ahead, read in place), at every SIMD level, with the packed weights cached
+    /// and not; and the worker's share ran.
     #[test]
     fn a_step_split_over_two_threads_computes_the_same_bits() {
         use super::simd::{with_simd_level, SimdLevel};
         use super::split::{with_step_split, WORKER_PANELS};
         use std::sync::Arc;
         let mut worker = 0;
-        for (mode, hidden, skip_input, steps) in [
-            (RnnMode::Lstm, 300, false, 1),
-            (RnnMode::Lstm, 300, false, 3),
-            (RnnMode::Gru, 260, false, 1),
-            (RnnMode::Gru, 260, true, 2),
-            (RnnMode::RnnTanh, 500, false, 1),
-            (RnnMode::RnnRelu, 450, true, 1),
+        // (mode, H, skip input, steps, sequences): a batch of one, and a decoder's batch of
+        // a few sequences (a step of several rows).
+        for (mode, hidden, skip_input, steps, batch) in [
+            (RnnMode::Lstm, 300, false, 1, 1),
+            (RnnMode::Lstm, 300, false, 1, 8),
+            (RnnMode::Lstm, 300, false, 3, 1),
+            (RnnMode::Gru, 260, false, 1, 3),
+            (RnnMode::Gru, 260, true, 2, 1),
+            (RnnMode::RnnTanh, 500, false, 1, 2),
+            (RnnMode::RnnRelu, 450, true, 1, 7),
         ] {
             let spec = RnnSpec {
                 num_layers: 2,
                 skip_input,
                 ..RnnSpec::new(mode, hidden, hidden)
             };
-            let desc = RnnDescriptor::new(spec, steps, 1, false, None, DropoutSpec::NONE);
+            let desc = RnnDescriptor::new(spec, steps, batch, false, None, DropoutSpec::NONE);
             let x = values(desc.input_shape().iter().product(), 1);
             let h0 = values(desc.hidden_shape().iter().product(), 2);
             let c0 = values(desc.cell_shape().iter().product(), 3);
@@ -373,7 +377,7 @@ mod tests {
                         assert_eq!(
                             split,
                             alone,
-                            "{mode:?} H{hidden} skip {skip_input} T{steps}, {level:?}, \
+                            "{mode:?} H{hidden} skip {skip_input} T{steps} B{batch}, {level:?}, \
                              cached {}, round {round}",
                             owner.is_some()
                         );

@@ -70,7 +70,8 @@ pub(crate) struct Plan<'d> {
     /// The block of steps projected at once forced on the calling thread, if any (Note
     /// [Input projection] in `super::projection`).
     pub(crate) projection_block: Option<usize>,
-    /// Whether one-row steps split over two threads, forced on the calling thread, if so
+    /// Whether inference steps of a few rows split over two threads, forced on the calling
+    /// thread, if so
     /// (Note [A step over two threads] in `super::split`).
     pub(crate) step_split: Option<bool>,
 }

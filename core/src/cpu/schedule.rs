@@ -1,7 +1,7 @@
 //! How a call uses rayon's pool: which work splits over threads, and how.
 //!
 //! One pool for the process (rayon's global pool, sized by `RAYON_NUM_THREADS`, else the
-//! cores); nothing is spawned per call or per step but a one-row step's second half (Note
+//! cores); nothing is spawned per call or per step but a decoding step's second half (Note
 //! [A step over two threads] in `super::split`). A call moves into the pool once
 //! ([`in_pool`]); the two directions of a layer run side by side ([`per_direction`]),
 //! each with its share of the threads ([`direction_threads`]); the forward splits a batch
@@ -36,8 +36,9 @@ pub(crate) fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 }
 
 /// Whether a forward call runs on the caller's thread instead of moving into the pool
-/// ([`in_pool`]): one step of one sequence in one direction, or a pool of one thread (Note
-/// [One step on the caller's thread]).
+/// ([`in_pool`]): one step of one sequence in one direction, one inference step of at most
+/// [`SPLIT_STEP_ROWS`] sequences in one direction without a projection, or a pool of one
+/// thread (Note [One step on the caller's thread]).
 ///
 /// # Note [One step on the caller's thread]
 ///
@@ -68,11 +69,29 @@ pub(crate) fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// takes the job up in time, computes them from the other, and the caller never waits for
 /// a worker that has not begun (Note [A step over two threads] in `super::split`).
 ///
+/// - **An inference step of a few sequences** (up to [`SPLIT_STEP_ROWS`], one direction, no
+///   LSTM projection: a decoder's batch) stays on the caller's thread too since
+///   2026-12-07 and splits its panels the same way, instead of its sequences: each thread
+///   then reads half of the weights, not all of them. On an Intel Xeon (Emerald Rapids
+///   class, 2 MiB of L2 a core), where a core streams an LSTM H256's 2 MiB from the L3
+///   slowly, a batch of 8 took 100–154 µs with its sequences split over the pool
+///   (docs/BENCHMARKS.md, "a step of a few sequences over two threads"). A step too small
+///   to split runs on the caller alone: under [`SPLIT_STEP_WORK`] multiply-adds it costs
+///   less than the pool's hand-off.
+///
 /// The choice changes only which thread computes, never what: the kernel is the same code
 /// either way.
-pub(crate) fn forward_on_caller(plan: &Plan<'_>) -> bool {
-    plan.threads == 1 || (plan.t == 1 && plan.b == 1 && plan.nd == 1)
+pub(crate) fn forward_on_caller(plan: &Plan<'_>, training: bool) -> bool {
+    plan.threads == 1
+        || (plan.t == 1
+            && plan.nd == 1
+            && (plan.b == 1 || (!training && plan.b <= SPLIT_STEP_ROWS && plan.p == plan.h)))
 }
+
+/// The most sequences whose inference step splits its panels over two threads (Note [A
+/// step over two threads] in `super::split`) instead of its sequences: up to a tile's
+/// rows of the widest level and a few more, the worker's copies of the rows stay small.
+pub(crate) const SPLIT_STEP_ROWS: usize = 8;
 
 /// Work below this many multiply-adds per step runs on one thread: splitting it costs more
 /// than it saves (a rayon join is a few microseconds).
@@ -175,14 +194,22 @@ pub(crate) fn step_threads(threads: usize, batch: usize, gh: usize, k: usize) ->
     }
 }
 
-/// Whether a one-row inference step of `plan` with `threads` threads for it splits its
-/// product of `gh` columns and `k` reductions with a thread of the pool (Note [A step over
-/// two threads] in `super::split`): where the plan has it forced
-/// ([`super::split::with_step_split`]), or where there are two threads and the product is
-/// at least [`SPLIT_STEP_WORK`] multiply-adds.
-pub(crate) fn split_step(plan: &Plan<'_>, threads: usize, gh: usize, k: usize) -> bool {
-    plan.step_split
-        .unwrap_or(threads > 1 && gh.saturating_mul(k) >= SPLIT_STEP_WORK)
+/// Whether an inference step of `rows` rows (at most [`SPLIT_STEP_ROWS`]) of `plan` with
+/// `threads` threads for it splits its product of `gh` columns and `k` reductions with a
+/// thread of the pool (Note [A step over two threads] in `super::split`): where the plan
+/// has it forced ([`super::split::with_step_split`]), or where there are two threads and
+/// the product is at least [`SPLIT_STEP_WORK`] multiply-adds.
+pub(crate) fn split_step(
+    plan: &Plan<'_>,
+    threads: usize,
+    rows: usize,
+    gh: usize,
+    k: usize,
+) -> bool {
+    rows <= SPLIT_STEP_ROWS
+        && plan
+            .step_split
+            .unwrap_or(threads > 1 && rows.saturating_mul(gh).saturating_mul(k) >= SPLIT_STEP_WORK)
 }
 
 /// The smallest step product (multiply-adds) that splits over two threads: the split costs
@@ -241,9 +268,9 @@ mod tests {
     use crate::descriptor::{DropoutSpec, RnnDescriptor};
     use crate::spec::{RnnMode, RnnSpec};
 
-    /// A decoding step (one step of one sequence in one direction, any number of layers)
-    /// and every call in a pool of one thread stay on the caller's thread; every other call
-    /// moves into the pool.
+    /// A decoding step (one step of one sequence in one direction, any number of layers, or
+    /// in inference of up to `SPLIT_STEP_ROWS` sequences) and every call in a pool of one
+    /// thread stay on the caller's thread; every other call moves into the pool.
     #[test]
     fn decoding_steps_and_one_thread_pools_stay_on_the_callers_thread() {
         // (steps, sequences, bidirectional, layers), and whether it is a decoding step.
@@ -251,7 +278,8 @@ mod tests {
             ((1, 1, false, 1), true),
             ((1, 1, false, 3), true),
             ((2, 1, false, 1), false),
-            ((1, 8, false, 2), false),
+            ((1, 8, false, 2), true),
+            ((1, 9, false, 1), false),
             ((1, 1, true, 1), false),
             ((50, 32, false, 1), false),
         ];
@@ -269,10 +297,17 @@ mod tests {
                 let desc = RnnDescriptor::new(spec, t, b, false, None, DropoutSpec::NONE);
                 let plan = pool.install(|| Plan::new(&desc));
                 assert_eq!(
-                    forward_on_caller(&plan),
+                    forward_on_caller(&plan, false),
                     threads == 1 || decoding,
                     "T = {t}, B = {b}, bidirectional {bidirectional}, {num_layers} layers, \
                      {threads} threads"
+                );
+                // A training step of several sequences splits them over the pool.
+                assert_eq!(
+                    forward_on_caller(&plan, true),
+                    threads == 1 || (decoding && b == 1),
+                    "training: T = {t}, B = {b}, bidirectional {bidirectional}, \
+                     {num_layers} layers, {threads} threads"
                 );
             }
         }
