@@ -226,7 +226,11 @@ where
         drop(heap);
         if timed {
             group.bench_function(BenchmarkId::new("fused", "train"), |b| b.iter(fused_step));
-            let data = x.clone().detach();
+            // Burn's `detach` keeps `require_grad` (a detached leaf still collects its
+            // gradient), so data is `x` detached AND marked as not requiring one; until
+            // 2026-12-07 this row detached only, and timed the same step as `train`.
+            let data = x.clone().detach().set_require_grad(false);
+            assert!(!data.is_require_grad(), "expected data without a gradient");
             let data_step = || fused_tr.forward(data.clone(), None).0.sum().backward();
             group.bench_function(BenchmarkId::new("fused", "train_data"), |b| {
                 b.iter(data_step)

@@ -1,15 +1,18 @@
 //! Step-by-step decoding (Note [Step-by-step decoding] on `PreparedRnn`): `T` steps of a
 //! prepared module against one `forward` over the `T` steps (the output of every step and
-//! the final state, with and without an initial state), the gradients of a stepped loss
-//! against those of the same loss through `forward`, no dropout, the refusals, and, in a
-//! process of its own, one fused call per step on packed weights reused across steps.
+//! the final state, with and without an initial state; with the step split over two
+//! threads, forced and not), the gradients of a stepped loss against those of the same
+//! loss through `forward`, no dropout, the refusals, and, in a process of its own, one
+//! fused call per step on packed weights reused across steps.
 #![allow(deprecated)] // Burn 0.22 deprecates NdArray; the crate serves it.
 
 mod common;
 
 use burn::tensor::{DType, Device, Tensor};
 use burn_fused_rnn::random::SplitMix64;
-use burn_fused_rnn::{params_size, FusedRnn, FusedRnnConfig, PreparedRnn, RnnMode, RnnState};
+use burn_fused_rnn::{
+    params_size, with_step_split, FusedRnn, FusedRnnConfig, PreparedRnn, RnnMode, RnnState,
+};
 use common::{at_every_simd_level, check_values, report, tensor, values, Tol};
 
 /// F64 steps against the F64 forward: the same arithmetic but for the order of a few sums.
@@ -204,6 +207,42 @@ fn steps_match_forward_flex_f32() {
             &format!("flex f32 ({level:?})"),
         ));
     });
+    report(failures);
+}
+
+/// A step whose product splits over two threads (the core crate's Note [A step over two
+/// threads]) against the forward computed without the split, for one sequence and for a
+/// decoder's batch of five (whose step splits the panels, not the sequences), where the
+/// step splits by itself and where the split is forced, on NdArray and Flex (f32).
+#[test]
+fn split_steps_match_the_forward() {
+    let mut failures = Vec::new();
+    for (label, device) in [("ndarray", Device::ndarray()), ("flex", Device::flex())] {
+        let networks = [
+            (RnnMode::Lstm, 256, 1),
+            (RnnMode::Gru, 200, 2),
+            (RnnMode::RnnTanh, 96, 1),
+        ];
+        for (i, (mode, hidden, layers)) in networks.into_iter().enumerate() {
+            let config = FusedRnnConfig::new(mode, 24, hidden).with_num_layers(layers);
+            let seed = 700 + 10 * i as u64;
+            let module = module(&config, seed, &device, DType::F32);
+            let decoder = module.prepare();
+            for batch in [1, 5] {
+                let x = seeded([batch, SEQ, 24], seed + 1, 1.0, &device, DType::F32);
+                let want = with_step_split(false, || run_forward(&module, &x, None));
+                for forced in [None, Some(true)] {
+                    let got = match forced {
+                        Some(split) => with_step_split(split, || run_steps(&decoder, &x, None)),
+                        None => run_steps(&decoder, &x, None),
+                    };
+                    let ctx =
+                        format!("{label} {mode:?} H{hidden} L{layers} B{batch}, split {forced:?}");
+                    failures.extend(compare(&ctx, got, want.clone(), F32_STEPS));
+                }
+            }
+        }
+    }
     report(failures);
 }
 
